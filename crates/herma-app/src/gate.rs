@@ -1,0 +1,151 @@
+//! The gate: authenticates requests with `hmk_` keys and the bootstrap token.
+//!
+//! Verified keys are cached in memory, so authenticating a request costs no database round trip;
+//! a cached entry is trusted for at most `HERMA_KEY_CACHE_TTL_MS` (≤ 1000 ms), after which the
+//! key is read again. A revocation therefore takes effect within one second on every instance
+//! sharing the database, and immediately on the instance that revoked it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use herma_core::gate::{
+    self, GateRequest, KeyPrincipal, PresentedCredential, Principal, Requirement,
+};
+use herma_core::key::{KeyDigest, KeyId, PresentedKey};
+use herma_core::settings::Secret;
+use herma_core::{Problem, ProblemCode, Timestamp};
+use herma_store::Store;
+
+use crate::clock::Clock;
+use crate::error::internal;
+
+/// Entries beyond this are dropped wholesale; a busy instance simply re-reads.
+const MAX_CACHED_KEYS: usize = 100_000;
+
+#[derive(Clone)]
+struct CachedKey {
+    digest: KeyDigest,
+    principal: KeyPrincipal,
+    revoked: bool,
+    fetched_at: Timestamp,
+}
+
+pub struct Gate {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    ttl_ms: i64,
+    admin_token: Option<Secret>,
+    edge_secret: Option<Secret>,
+    cache: RwLock<HashMap<KeyId, CachedKey>>,
+    /// Compared against when a key id is unknown, so unknown and wrong keys cost the same.
+    decoy: KeyDigest,
+}
+
+fn unauthorized() -> Problem {
+    Problem::new(ProblemCode::Unauthorized, "the key is not valid")
+}
+
+impl Gate {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        ttl_ms: u64,
+        admin_token: Option<Secret>,
+        edge_secret: Option<Secret>,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            ttl_ms: i64::try_from(ttl_ms).unwrap_or(1000),
+            admin_token,
+            edge_secret,
+            cache: RwLock::new(HashMap::new()),
+            decoy: KeyDigest::of("hmk_0000000000000000_decoy"),
+        }
+    }
+
+    /// H08 (edge part): with an edge secret configured, only traffic carrying it is served.
+    pub fn check_edge(&self, x_edge_auth: Option<&str>) -> Result<(), Problem> {
+        gate::check_edge(self.edge_secret.as_ref(), x_edge_auth)
+    }
+
+    /// Who is calling: refuses browser navigation and cookie auth (H01), then verifies the
+    /// credential. Failures never reveal whether a key id exists.
+    pub async fn authenticate(&self, req: &GateRequest<'_>) -> Result<Principal, Problem> {
+        gate::refuse_browser(req)?;
+        match gate::presented_credential(req)? {
+            PresentedCredential::Token(token) => match &self.admin_token {
+                Some(expected) if gate::secrets_match(expected.expose(), &token) => {
+                    Ok(Principal::Bootstrap)
+                }
+                _ => Err(unauthorized()),
+            },
+            PresentedCredential::Key(key) => self.verify_key(&key).await.map(Principal::Key),
+        }
+    }
+
+    /// Authenticates and authorizes in one step.
+    pub async fn admit(
+        &self,
+        req: &GateRequest<'_>,
+        requirement: Requirement,
+        harness_header: Option<&str>,
+    ) -> Result<Principal, Problem> {
+        let principal = self.authenticate(req).await?;
+        gate::authorize(&principal, requirement, harness_header)?;
+        Ok(principal)
+    }
+
+    async fn verify_key(&self, key: &PresentedKey) -> Result<KeyPrincipal, Problem> {
+        let now = self.clock.now();
+        if let Some(cached) = self.cached(key.key_id(), now) {
+            return Self::check(key, &cached);
+        }
+        let Some(stored) = self.store.find_key(key.key_id()).await.map_err(internal)? else {
+            let _ = key.verify(&self.decoy);
+            return Err(unauthorized());
+        };
+        let cached = CachedKey {
+            digest: stored.digest.clone(),
+            principal: KeyPrincipal {
+                key_id: stored.key_id.clone(),
+                caller_scope: stored.caller_scope.clone(),
+                scopes: stored.scopes.clone(),
+                harness: stored.harness.clone(),
+            },
+            revoked: stored.is_revoked(),
+            fetched_at: now,
+        };
+        if let Ok(mut cache) = self.cache.write() {
+            if cache.len() >= MAX_CACHED_KEYS {
+                cache.clear();
+            }
+            cache.insert(stored.key_id, cached.clone());
+        }
+        Self::check(key, &cached)
+    }
+
+    fn cached(&self, key_id: &KeyId, now: Timestamp) -> Option<CachedKey> {
+        let cache = self.cache.read().ok()?;
+        let entry = cache.get(key_id)?;
+        let age = now.as_millis().saturating_sub(entry.fetched_at.as_millis());
+        (0..self.ttl_ms).contains(&age).then(|| entry.clone())
+    }
+
+    fn check(key: &PresentedKey, cached: &CachedKey) -> Result<KeyPrincipal, Problem> {
+        // Verify first, so a revoked key and a wrong secret take the same path.
+        let matches = key.verify(&cached.digest);
+        if matches && !cached.revoked {
+            Ok(cached.principal.clone())
+        } else {
+            Err(unauthorized())
+        }
+    }
+
+    /// Drops a key from this instance's cache (after a revocation here).
+    pub fn forget(&self, key_id: &KeyId) {
+        if let Ok(mut cache) = self.cache.write() {
+            cache.remove(key_id);
+        }
+    }
+}

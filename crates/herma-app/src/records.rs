@@ -1,0 +1,238 @@
+//! Provisions and context entries: create, read, list, compare-and-set update, delete, import
+//! and export — partitioned by caller scope, with `system_builtin` records writable only by an
+//! admin (H11).
+
+use herma_core::gate::Principal;
+use herma_core::json;
+use herma_core::key::Scope;
+use herma_core::model::{ContextEntrySpec, ProvisionSpec};
+use herma_core::{CallerScope, FieldError, Problem, ProblemCode};
+use herma_store::{Document, ImportSummary, Page, Typed};
+use serde_json::Value;
+
+use crate::App;
+use crate::error::{internal, store_problem};
+
+/// A record type managed through the API.
+pub trait Managed: Document<Stored: serde::Serialize + Sync> + Clone {
+    /// What to call one record in messages, e.g. `provision`.
+    const NOUN: &'static str;
+    fn validate(&self) -> Result<(), Problem>;
+}
+
+impl Managed for ProvisionSpec {
+    const NOUN: &'static str = "provision";
+    fn validate(&self) -> Result<(), Problem> {
+        ProvisionSpec::validate(self)
+    }
+}
+
+impl Managed for ContextEntrySpec {
+    const NOUN: &'static str = "context entry";
+    fn validate(&self) -> Result<(), Problem> {
+        ContextEntrySpec::validate(self)
+    }
+}
+
+/// Whose records a write addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Partition {
+    /// The caller's own scope.
+    Own,
+    /// `system_builtin`: admins only.
+    Builtin,
+}
+
+fn is_admin(principal: &Principal) -> bool {
+    match principal {
+        Principal::Bootstrap => true,
+        Principal::Key(k) => k.scopes.contains(Scope::Admin),
+    }
+}
+
+/// The scope a principal reads: its own.
+pub fn own_scope(principal: &Principal) -> Result<&CallerScope, Problem> {
+    match principal {
+        Principal::Key(k) => Ok(&k.caller_scope),
+        Principal::Bootstrap => Err(Problem::new(
+            ProblemCode::InsufficientScope,
+            "the bootstrap token owns no records; use an hmk_ key",
+        )),
+    }
+}
+
+fn builtin_protected<D: Managed>(id: &str) -> Problem {
+    Problem::new(
+        ProblemCode::BuiltinProtected,
+        format!(
+            "{} `{id}` is a system built-in; only an admin can change it",
+            D::NOUN
+        ),
+    )
+}
+
+/// Decodes a strict JSON body into a validated record.
+pub fn decode_record<D: Managed>(value: Value) -> Result<D, Problem> {
+    let record: D = json::decode(value)?;
+    record.validate()?;
+    Ok(record)
+}
+
+/// Splits `expected_version` off an update body, then decodes the record.
+pub fn decode_update<D: Managed>(value: Value) -> Result<(D, u64), Problem> {
+    let Value::Object(mut map) = value else {
+        return Err(Problem::validation(vec![FieldError::new(
+            "",
+            "the body must be a JSON object",
+        )]));
+    };
+    let expected = match map.shift_remove("expected_version") {
+        None => {
+            return Err(Problem::validation(vec![FieldError::new(
+                "/expected_version",
+                "is required: send the version you read, so concurrent edits are not lost",
+            )]));
+        }
+        Some(value) => value.as_u64().ok_or_else(|| {
+            Problem::validation(vec![FieldError::new(
+                "/expected_version",
+                "must be a non-negative integer (the version you read)",
+            )])
+        })?,
+    };
+    Ok((decode_record(Value::Object(map))?, expected))
+}
+
+impl App {
+    fn typed<D: Managed>(&self) -> Typed<'_, D> {
+        Typed::new(self.store.as_ref())
+    }
+
+    /// The scope a write lands in, refusing non-admin writes to built-ins.
+    async fn write_scope<D: Managed>(
+        &self,
+        principal: &Principal,
+        partition: Partition,
+        id: &str,
+    ) -> Result<CallerScope, Problem> {
+        match partition {
+            Partition::Builtin if is_admin(principal) => Ok(CallerScope::system_builtin()),
+            Partition::Builtin => Err(builtin_protected::<D>(id)),
+            Partition::Own => {
+                let scope = own_scope(principal)?.clone();
+                let builtin = self
+                    .typed::<D>()
+                    .get(&CallerScope::system_builtin(), id)
+                    .await
+                    .map_err(internal)?;
+                if builtin.is_some() && !is_admin(principal) {
+                    return Err(builtin_protected::<D>(id));
+                }
+                Ok(scope)
+            }
+        }
+    }
+
+    pub async fn create_record<D: Managed>(
+        &self,
+        principal: &Principal,
+        partition: Partition,
+        body: Value,
+    ) -> Result<D::Stored, Problem> {
+        let record: D = decode_record(body)?;
+        let scope = self
+            .write_scope::<D>(principal, partition, record.id())
+            .await?;
+        self.typed::<D>()
+            .create(&scope, &record, self.clock.now())
+            .await
+            .map_err(|e| store_problem(e, D::NOUN, record.id(), 0))
+    }
+
+    /// The caller's own record, else a built-in of that id (read-only), else `not_found`.
+    pub async fn get_record<D: Managed>(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<D::Stored, Problem> {
+        let typed = self.typed::<D>();
+        let scope = own_scope(principal)?;
+        if let Some(own) = typed.get(scope, id).await.map_err(internal)? {
+            return Ok(own);
+        }
+        typed
+            .get(&CallerScope::system_builtin(), id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| Problem::not_found(D::NOUN, id))
+    }
+
+    /// A page of the caller's records (or of the built-ins).
+    pub async fn list_records<D: Managed>(
+        &self,
+        principal: &Principal,
+        partition: Partition,
+        page: &Page,
+    ) -> Result<Vec<D::Stored>, Problem> {
+        let scope = match partition {
+            Partition::Own => own_scope(principal)?.clone(),
+            Partition::Builtin => CallerScope::system_builtin(),
+        };
+        self.typed::<D>().list(&scope, page).await.map_err(internal)
+    }
+
+    pub async fn update_record<D: Managed>(
+        &self,
+        principal: &Principal,
+        partition: Partition,
+        id: &str,
+        body: Value,
+    ) -> Result<D::Stored, Problem> {
+        let (record, expected) = decode_update::<D>(body)?;
+        if record.id() != id {
+            return Err(Problem::validation(vec![FieldError::new(
+                "/id",
+                format!("must match the id in the path (`{id}`); ids cannot be renamed"),
+            )]));
+        }
+        let scope = self.write_scope::<D>(principal, partition, id).await?;
+        self.typed::<D>()
+            .update(&scope, &record, expected, self.clock.now())
+            .await
+            .map_err(|e| store_problem(e, D::NOUN, id, expected))
+    }
+
+    pub async fn delete_record<D: Managed>(
+        &self,
+        principal: &Principal,
+        partition: Partition,
+        id: &str,
+        expected_version: Option<u64>,
+    ) -> Result<(), Problem> {
+        let scope = self.write_scope::<D>(principal, partition, id).await?;
+        self.typed::<D>()
+            .delete(&scope, id, expected_version)
+            .await
+            .map_err(|e| store_problem(e, D::NOUN, id, expected_version.unwrap_or(0)))
+    }
+
+    /// Imports validated records into `scope`, all or nothing.
+    pub async fn import_records<D: Managed>(
+        &self,
+        scope: &CallerScope,
+        records: &[D],
+    ) -> Result<ImportSummary, Problem> {
+        self.typed::<D>()
+            .import(scope, records, self.clock.now())
+            .await
+            .map_err(internal)
+    }
+
+    /// Every record of `scope`, as specs (what an import takes back).
+    pub async fn export_records<D: Managed>(
+        &self,
+        scope: &CallerScope,
+    ) -> Result<Vec<D::Stored>, Problem> {
+        self.typed::<D>().list_all(scope).await.map_err(internal)
+    }
+}

@@ -1,0 +1,137 @@
+//! `herma keys create|list|revoke`: straight to the database (the bootstrap path).
+
+use clap::Subcommand;
+use herma_app::keys::NewKey;
+use herma_core::key::{Scope, Scopes};
+
+use crate::{DatabaseArg, Failure, open_app, settings};
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Issue a key and print it once.
+    Create {
+        /// Comma-separated scopes: route, configure, admin.
+        #[arg(long, value_name = "SCOPES", default_value = "route")]
+        scope: String,
+        /// Add the admin scope (manage keys and built-ins).
+        #[arg(long)]
+        admin: bool,
+        /// The harness this key attests (required with configure), e.g. claude-code.
+        #[arg(long, value_name = "NAME")]
+        harness: Option<String>,
+        /// A note for yourself: where the key is used.
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        label: String,
+        /// Print JSON: {"key", "key_id", "caller_scope", "scopes", …}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
+    /// List keys (never secrets).
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
+    /// Revoke a key by id.
+    Revoke {
+        key_id: String,
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
+}
+
+pub async fn run(command: KeysCommand) -> Result<(), Failure> {
+    match command {
+        KeysCommand::Create {
+            scope,
+            admin,
+            harness,
+            label,
+            json,
+            db,
+        } => {
+            let mut scopes = Scopes::parse_list(&scope, "--scope")?;
+            if admin {
+                scopes = Scopes::new(scopes.iter().chain([Scope::Admin]));
+            }
+            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let issued = app
+                .issue_key(NewKey {
+                    scopes,
+                    harness,
+                    label,
+                })
+                .await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&issued).map_err(|e| Failure::runtime(e.to_string()))?
+                );
+            } else {
+                println!(
+                    "Created key {} (caller scope {}, scopes {}{}).\n\n  {}\n\nThis is the only time the key is shown: Herma keeps only its SHA-256 digest.\nSend it as `Authorization: Bearer <key>` or `x-api-key`{}.",
+                    issued.key_id,
+                    issued.caller_scope,
+                    issued.scopes.to_list(),
+                    issued
+                        .harness
+                        .as_deref()
+                        .map(|h| format!(", harness {h}"))
+                        .unwrap_or_default(),
+                    issued.key,
+                    issued
+                        .harness
+                        .as_deref()
+                        .map(|h| format!("; configure requests also need `X-Herma-Harness: {h}`"))
+                        .unwrap_or_default(),
+                );
+            }
+            Ok(())
+        }
+        KeysCommand::List { json, db } => {
+            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let keys = app.list_keys().await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&keys)
+                        .map_err(|e| Failure::runtime(e.to_string()))?
+                );
+                return Ok(());
+            }
+            if keys.is_empty() {
+                println!(
+                    "no keys yet: herma keys create --scope route,configure --harness claude-code"
+                );
+            }
+            for k in keys {
+                println!(
+                    "{}  {:<24} {:<12} {:<10} {}{}",
+                    k.key_id,
+                    k.scopes.to_list(),
+                    k.harness.as_deref().unwrap_or("-"),
+                    if k.is_revoked() { "revoked" } else { "active" },
+                    k.created_at,
+                    if k.label.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  {}", k.label)
+                    },
+                );
+            }
+            Ok(())
+        }
+        KeysCommand::Revoke { key_id, db } => {
+            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let key = app.revoke_key(&key_id).await?;
+            println!(
+                "revoked {} (running servers refuse it within one second)",
+                key.key_id
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! `herma`: run the server and manage its database.
+//!
+//! Every command reads the `HERMA_*` settings from the environment (flags override them),
+//! validates them all at once and names each invalid one.
+
+mod config;
+mod keys;
+mod records;
+mod serve;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use herma_app::App;
+use herma_core::settings::{LogFormat, Settings};
+
+#[derive(Parser)]
+#[command(
+    name = "herma",
+    version,
+    about = "Context-shimming middleware for coding harnesses"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the database is; shared by every command that opens it.
+#[derive(Args, Clone, Default)]
+struct DatabaseArg {
+    /// `sqlite://PATH` or `postgres://…` (default: HERMA_DATABASE_URL, else sqlite://herma.db).
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (migrates the database and loads the starters first).
+    Serve {
+        /// Address to listen on (default: HERMA_BIND, else 127.0.0.1:7730).
+        #[arg(long, value_name = "ADDR")]
+        bind: Option<String>,
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
+    /// Apply pending database migrations.
+    Migrate {
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
+    /// Issue, list and revoke keys (writes straight to the database).
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
+    /// Inspect the configuration.
+    Config {
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
+    /// Import and export provisions.
+    Provisions {
+        #[command(subcommand)]
+        command: records::TransferCommand,
+    },
+    /// Import and export context entries.
+    Context {
+        #[command(subcommand)]
+        command: records::TransferCommand,
+    },
+}
+
+/// A command failure: printed as `error: …`; `usage` failures exit 2, others 1.
+pub struct Failure {
+    message: String,
+    usage: bool,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            usage: true,
+        }
+    }
+
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            usage: false,
+        }
+    }
+}
+
+impl From<herma_core::Problem> for Failure {
+    fn from(problem: herma_core::Problem) -> Self {
+        let mut message = problem.detail.clone();
+        for error in &problem.errors {
+            if !error.pointer.is_empty() || error.detail != problem.detail {
+                message.push_str(&format!(
+                    "\n  {} {}",
+                    if error.pointer.is_empty() {
+                        "(body)"
+                    } else {
+                        &error.pointer
+                    },
+                    error.detail
+                ));
+            }
+        }
+        let usage = matches!(
+            problem.code,
+            herma_core::ProblemCode::ValidationFailed
+                | herma_core::ProblemCode::InvalidJson
+                | herma_core::ProblemCode::NotFound
+        );
+        Self { message, usage }
+    }
+}
+
+/// The process environment as a map (the core parses settings from a map).
+fn environment() -> BTreeMap<String, String> {
+    std::env::vars().collect()
+}
+
+/// Settings from the environment with flag overrides, every error named.
+fn settings(overrides: &[(&str, Option<&String>)]) -> Result<Settings, Failure> {
+    let mut env = environment();
+    for (name, value) in overrides {
+        if let Some(value) = value {
+            env.insert((*name).to_owned(), (*value).clone());
+        }
+    }
+    Settings::from_map(&env).map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        Failure::usage(format!("invalid configuration:\n{}", lines.join("\n")))
+    })
+}
+
+fn init_logging(settings: &Settings) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = match settings.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Opens and migrates the configured database and loads the built-in starters (idempotent:
+/// unchanged starters keep their versions).
+async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
+    let shown = settings.database.redacted();
+    let store = herma_app::storage::connect(&settings.database)
+        .await
+        .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
+    let applied = store
+        .migrate()
+        .await
+        .map_err(|e| Failure::runtime(format!("migrating {shown} failed: {e}")))?;
+    for m in &applied {
+        tracing::info!(version = m.version, name = %m.name, "applied migration");
+    }
+    let app = Arc::new(App::new(store, settings));
+    let starters = app.load_starters().await.map_err(|p| {
+        Failure::runtime(format!(
+            "loading the built-in starters failed: {}",
+            p.detail
+        ))
+    })?;
+    tracing::info!(
+        provisions_created = starters.provisions.created,
+        provisions_updated = starters.provisions.updated,
+        context_created = starters.context.created,
+        context_updated = starters.context.updated,
+        "built-in starters loaded"
+    );
+    Ok(app)
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve { bind, db } => {
+            let settings = settings(&[
+                ("HERMA_BIND", bind.as_ref()),
+                ("HERMA_DATABASE_URL", db.database.as_ref()),
+            ])?;
+            init_logging(&settings);
+            serve::run(settings).await
+        }
+        Command::Migrate { db } => {
+            let settings = settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?;
+            let shown = settings.database.redacted();
+            let store = herma_app::storage::connect(&settings.database)
+                .await
+                .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
+            let applied = store
+                .migrate()
+                .await
+                .map_err(|e| Failure::runtime(format!("migrating {shown} failed: {e}")))?;
+            if applied.is_empty() {
+                println!("{shown} is up to date");
+            }
+            for m in applied {
+                println!("applied migration {} ({}) to {shown}", m.version, m.name);
+            }
+            Ok(())
+        }
+        Command::Keys { command } => keys::run(command).await,
+        Command::Config { command } => config::run(command),
+        Command::Provisions { command } => {
+            records::run::<herma_core::model::ProvisionSpec>(command, "provisions").await
+        }
+        Command::Context { command } => {
+            records::run::<herma_core::model::ContextEntrySpec>(command, "context entries").await
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", failure.message);
+            if failure.usage {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! `herma serve`.
+
+use herma_core::settings::Settings;
+use tokio::net::TcpListener;
+
+use crate::{Failure, open_app};
+
+pub async fn run(settings: Settings) -> Result<(), Failure> {
+    let bind = settings.bind;
+    let app = open_app(settings).await?;
+    if app.has_no_keys().await.unwrap_or(false) {
+        tracing::info!(
+            "no keys yet: create one with `herma keys create --scope route,configure --harness claude-code` (same --database)"
+        );
+    }
+    let listener = TcpListener::bind(bind)
+        .await
+        .map_err(|e| Failure::runtime(format!("cannot listen on {bind}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::runtime(e.to_string()))?;
+    // Handlers are installed before announcing the address, so a signal sent as soon as the
+    // address is known still shuts down gracefully.
+    let shutdown = shutdown_signal()
+        .map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    tracing::info!(database = %app.settings.database.redacted(), "herma listening on http://{local}");
+    herma_server::serve(listener, app, shutdown)
+        .await
+        .map_err(|e| Failure::runtime(format!("the server stopped: {e}")))?;
+    tracing::info!("herma stopped");
+    Ok(())
+}
+
+/// A future resolving on SIGINT (Ctrl-C) or SIGTERM; the handlers are installed now.
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
+}

@@ -1,0 +1,492 @@
+//! The `herma` binary as a new user runs it: a fresh directory, no configuration.
+
+// Tests fail loudly: unwrap and expect are how they report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const HERMA: &str = env!("CARGO_BIN_EXE_herma");
+
+/// `herma …` in `dir` with no HERMA_* settings but `env`.
+fn herma(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(HERMA);
+    cmd.current_dir(dir).args(args);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("HERMA_") {
+            cmd.env_remove(name);
+        }
+    }
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    cmd
+}
+
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    herma(dir, args, env).output().expect("run herma")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A running `herma serve`, with the address it logged.
+struct Server {
+    child: Child,
+    base: String,
+    /// What it logged up to and including the listening line.
+    startup: Vec<String>,
+    logs: mpsc::Receiver<String>,
+}
+
+impl Server {
+    #[allow(clippy::zombie_processes)] // the child moves into `Server`, whose Drop kills and waits
+    fn start(dir: &Path, env: &[(&str, &str)]) -> Self {
+        let mut child = herma(dir, &["serve", "--bind", "127.0.0.1:0"], env)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn herma serve");
+        let (tx, logs) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut startup = Vec::new();
+        loop {
+            let line = logs
+                .recv_timeout(Duration::from_secs(60))
+                .expect("herma serve logs where it listens");
+            startup.push(line.clone());
+            if let Some(rest) = line.split("herma listening on ").nth(1) {
+                let base = rest.split_whitespace().next().expect("address").to_owned();
+                return Self {
+                    child,
+                    base,
+                    startup,
+                    logs,
+                };
+            }
+        }
+    }
+
+    /// SIGTERM, then the exit status and the remaining logs.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let status = self.child.wait().expect("wait");
+        (status, self.logs.try_iter().collect())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn issue_key(dir: &Path, env: &[(&str, &str)]) -> Value {
+    let out = run(
+        dir,
+        &[
+            "keys",
+            "create",
+            "--scope",
+            "route,configure",
+            "--harness",
+            "claude-code",
+            "--json",
+        ],
+        env,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("keys create --json prints JSON")
+}
+
+/// Creates, reads, updates and stale-updates records the way the README shows with curl.
+async fn new_user_flow(dir: &Path, env: &[(&str, &str)]) {
+    let server = Server::start(dir, env);
+    let client = reqwest::Client::new();
+    let health: Value = client
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+
+    let key = issue_key(dir, env);
+    let secret = key["key"].as_str().unwrap();
+    assert!(secret.starts_with("hmk_"));
+    assert_eq!(
+        key["caller_scope"],
+        format!("key:{}", key["key_id"].as_str().unwrap())
+    );
+    assert_eq!(key["scopes"], json!(["route", "configure"]));
+
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut r = client
+            .request(method, format!("{}{path}", server.base))
+            .bearer_auth(secret)
+            .header("X-Herma-Harness", "claude-code");
+        if let Some(body) = body {
+            r = r.json(&body);
+        }
+        r.send()
+    };
+    let entry = json!({"id": "deploy.checklist", "kind": "verb", "schema_or_body": "Run the migrations before the canary."});
+    let created = call(reqwest::Method::POST, "/v1/context", Some(entry))
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let provision = json!({"id": "deploy", "action": "shim_context", "triggers": {"keywords": ["deploy"]}, "context_refs": ["deploy.checklist"]});
+    assert_eq!(
+        call(
+            reqwest::Method::POST,
+            "/v1/provisions",
+            Some(provision.clone())
+        )
+        .await
+        .unwrap()
+        .status(),
+        201
+    );
+    let read: Value = call(reqwest::Method::GET, "/v1/provisions/deploy", None)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["version"], 1);
+    let mut update = provision.clone();
+    update["expected_version"] = json!(1);
+    update["triggers"]["keywords"] = json!(["deploy", "ship it"]);
+    let updated = call(
+        reqwest::Method::PUT,
+        "/v1/provisions/deploy",
+        Some(update.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(updated.status(), 200);
+    let stale = call(reqwest::Method::PUT, "/v1/provisions/deploy", Some(update))
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), 409);
+    assert_eq!(stale.headers()["content-type"], "application/problem+json");
+    let problem: Value = stale.json().await.unwrap();
+    assert_eq!(
+        (problem["code"].clone(), problem["current_version"].clone()),
+        (json!("version_conflict"), json!(2))
+    );
+
+    let (status, logs) = server.terminate();
+    assert!(status.success(), "graceful shutdown exits 0: {status:?}");
+    assert!(logs.iter().any(|l| l.contains("herma stopped")), "{logs:?}");
+}
+
+#[tokio::test]
+async fn a_fresh_directory_needs_no_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    new_user_flow(dir.path(), &[]).await;
+    assert!(
+        dir.path().join("herma.db").exists(),
+        "the default database is ./herma.db"
+    );
+    // Restarting keeps everything and loads the starters without new versions.
+    let server = Server::start(dir.path(), &[]);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn the_same_works_on_postgres() {
+    let schema = herma_test_support::fresh_schema_name();
+    let base = herma_test_support::test_database_url();
+    // Create the schema, then point the binary at it through the URL's `options`.
+    herma_store_postgres_schema(&base, &schema).await;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let dir = tempfile::tempdir().unwrap();
+    new_user_flow(dir.path(), &[("HERMA_DATABASE_URL", &url)]).await;
+    assert!(
+        !dir.path().join("herma.db").exists(),
+        "no SQLite file when PostgreSQL is configured"
+    );
+}
+
+async fn herma_store_postgres_schema(url: &str, schema: &str) {
+    herma_test_support::postgres_schema(url, schema)
+        .await
+        .expect("create the test schema");
+}
+
+#[test]
+fn first_start_explains_how_to_create_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let startup = server.startup.join("\n");
+    assert!(
+        startup.contains("no keys yet: create one with `herma keys create"),
+        "{startup}"
+    );
+    assert!(startup.contains("built-in starters loaded"), "{startup}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    // With a key issued, the hint is gone.
+    issue_key(dir.path(), &[]);
+    let server = Server::start(dir.path(), &[]);
+    assert!(!server.startup.join("\n").contains("no keys yet"));
+}
+
+#[test]
+fn config_check_names_every_invalid_setting_and_redacts_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = run(
+        dir.path(),
+        &["config", "check"],
+        &[
+            ("HERMA_ADMIN_TOKEN", "a-bootstrap-token-that-is-long-enough"),
+            ("HERMA_DATABASE_URL", "postgres://u:hunter2@db/herma"),
+        ],
+    );
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let text = stdout(&ok);
+    assert!(
+        text.contains("HERMA_ADMIN_TOKEN") && text.contains("[set]"),
+        "{text}"
+    );
+    assert!(text.contains("postgres://u:***@db/herma"), "{text}");
+    assert!(
+        !text.contains("hunter2") && !text.contains("long-enough"),
+        "{text}"
+    );
+
+    let bad = run(
+        dir.path(),
+        &["config", "check"],
+        &[
+            ("HERMA_BIND", "nowhere"),
+            ("HERMA_MAX_BODY_BYTES", "1e6"),
+            ("HERMA_BINDD", "typo"),
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let all = format!("{}{}", stdout(&bad), stderr(&bad));
+    for expected in [
+        "HERMA_BIND: `nowhere`",
+        "HERMA_MAX_BODY_BYTES: `1e6`",
+        "HERMA_BINDD is not a Herma setting",
+    ] {
+        assert!(all.contains(expected), "missing {expected:?} in {all}");
+    }
+    let serve = run(
+        dir.path(),
+        &["serve"],
+        &[("HERMA_DATABASE_URL", "mysql://x")],
+    );
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(
+        stderr(&serve).contains("HERMA_DATABASE_URL"),
+        "{}",
+        stderr(&serve)
+    );
+}
+
+#[test]
+fn provision_import_is_all_or_nothing_and_export_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = issue_key(dir.path(), &[]);
+    let caller = key["caller_scope"].as_str().unwrap();
+    let good = |id: &str| {
+        json!({"id": id, "action": "respond_directly", "triggers": {"keywords": [id]}, "response": {"text": "hi"}}).to_string()
+    };
+    let bad_file = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad_file,
+        format!(
+            "{}\n{{\"id\":\"x\",\"action\":\"nope\"}}\n{}\n",
+            good("a"),
+            good("b")
+        ),
+    )
+    .unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "provisions",
+            "import",
+            bad_file.to_str().unwrap(),
+            "--caller",
+            caller,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/1/action") && stderr(&out).contains("line 2"),
+        "{}",
+        stderr(&out)
+    );
+    let exported = run(
+        dir.path(),
+        &[
+            "provisions",
+            "export",
+            "--caller",
+            caller,
+            "--format",
+            "jsonl",
+        ],
+        &[],
+    );
+    assert_eq!(stdout(&exported), "", "nothing was imported");
+
+    let records: Vec<String> = (0..500).map(|i| good(&format!("rule-{i:03}"))).collect();
+    let good_file = dir.path().join("good.jsonl");
+    std::fs::write(&good_file, records.join("\n")).unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "provisions",
+            "import",
+            good_file.to_str().unwrap(),
+            "--caller",
+            caller,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("500 created, 0 updated, 0 unchanged"),
+        "{}",
+        stdout(&out)
+    );
+
+    let export_file = dir.path().join("export.json");
+    let out = run(
+        dir.path(),
+        &[
+            "provisions",
+            "export",
+            "--caller",
+            caller,
+            "-o",
+            export_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let exported: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(&export_file).unwrap()).unwrap();
+    assert_eq!(exported.len(), 500);
+    assert!(exported[0].get("version").is_none() && exported[0].get("caller_scope").is_none());
+    let again = run(
+        dir.path(),
+        &[
+            "provisions",
+            "import",
+            export_file.to_str().unwrap(),
+            "--caller",
+            caller,
+        ],
+        &[],
+    );
+    assert!(
+        stdout(&again).contains("0 created, 0 updated, 500 unchanged"),
+        "{}",
+        stdout(&again)
+    );
+
+    let builtins = run(
+        dir.path(),
+        &["provisions", "export", "--builtin", "--format", "jsonl"],
+        &[],
+    );
+    assert!(
+        stdout(&builtins).lines().count() >= 3,
+        "{}",
+        stdout(&builtins)
+    );
+    let nobody = run(
+        dir.path(),
+        &[
+            "provisions",
+            "import",
+            good_file.to_str().unwrap(),
+            "--caller",
+            "someone",
+        ],
+        &[],
+    );
+    assert_eq!(nobody.status.code(), Some(2));
+}
+
+#[test]
+fn keys_are_listed_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = issue_key(dir.path(), &[]);
+    let id = key["key_id"].as_str().unwrap();
+    let human = run(dir.path(), &["keys", "create", "--admin"], &[]);
+    assert!(
+        stdout(&human).contains("This is the only time the key is shown"),
+        "{}",
+        stdout(&human)
+    );
+    assert!(stdout(&human).contains("route,admin"), "{}", stdout(&human));
+    let list = stdout(&run(dir.path(), &["keys", "list"], &[]));
+    assert!(list.contains(id) && list.contains("active"), "{list}");
+    assert!(
+        !list.contains(key["key"].as_str().unwrap()),
+        "secrets are never listed"
+    );
+    let revoked = run(dir.path(), &["keys", "revoke", id], &[]);
+    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    assert!(stdout(&run(dir.path(), &["keys", "list"], &[])).contains("revoked"));
+    let unknown = run(dir.path(), &["keys", "revoke", "0000000000000000"], &[]);
+    assert_eq!(unknown.status.code(), Some(2));
+    let bad_scope = run(
+        dir.path(),
+        &["keys", "create", "--scope", "route,root"],
+        &[],
+    );
+    assert_eq!(bad_scope.status.code(), Some(2));
+    assert!(
+        stderr(&bad_scope).contains("unknown scope `root`"),
+        "{}",
+        stderr(&bad_scope)
+    );
+    let no_harness = run(dir.path(), &["keys", "create", "--scope", "configure"], &[]);
+    assert!(
+        stderr(&no_harness).contains("/harness"),
+        "{}",
+        stderr(&no_harness)
+    );
+}
+
+#[test]
+fn migrate_reports_what_it_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = stdout(&run(dir.path(), &["migrate"], &[]));
+    assert!(first.contains("applied migration 1 (initial)"), "{first}");
+    let second = stdout(&run(dir.path(), &["migrate"], &[]));
+    assert!(second.contains("is up to date"), "{second}");
+}

@@ -1,0 +1,519 @@
+//! Strict JSON for Herma's own API.
+//!
+//! [`parse_strict`] refuses duplicate object keys and nesting deeper than [`MAX_DEPTH`] with
+//! `invalid_json`; [`decode`] turns a value into a typed request and reports the JSON pointer of
+//! the first offending member with `validation_failed`. Proxied bodies never come through here:
+//! they are read leniently and forwarded as they are.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::problem::{FieldError, Problem, ProblemCode};
+
+/// Deepest nesting of arrays and objects accepted; the top-level container is depth 1.
+pub const MAX_DEPTH: usize = 32;
+
+/// Parses `bytes` as one JSON value, refusing duplicate keys and nesting deeper than 32.
+pub fn parse_strict(bytes: &[u8]) -> Result<Value, Problem> {
+    let first_error = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let seed = Strict {
+        depth: 0,
+        path: None,
+        first_error: &first_error,
+    };
+    let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    match parsed {
+        Ok(value) => Ok(value),
+        Err(err) => {
+            let (pointer, detail) = first_error
+                .into_inner()
+                .unwrap_or_else(|| (String::new(), describe_syntax_error(&err)));
+            Err(Problem::new(ProblemCode::InvalidJson, detail.clone())
+                .with_errors(vec![FieldError::new(pointer, detail)]))
+        }
+    }
+}
+
+/// Parses and decodes in one step.
+pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    decode(parse_strict(bytes)?)
+}
+
+/// Decodes a parsed value into `T`, naming the offending member by JSON pointer. Types are not
+/// coerced: a struct must be a JSON object (serde would otherwise accept an array positionally).
+pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Problem> {
+    serde_path_to_error::deserialize(Exact(value)).map_err(|err| {
+        let mut pointer = path_to_pointer(err.path());
+        let message = err.into_inner().to_string();
+        let detail = if let Some(field) = quoted_after(&message, "unknown field `") {
+            // The path already ends at the unknown member; add it only if it does not.
+            let segment = format!("/{}", escape_pointer_segment(field));
+            if !pointer.ends_with(&segment) {
+                pointer.push_str(&segment);
+            }
+            "unknown field".to_owned()
+        } else if let Some(field) = quoted_after(&message, "missing field `") {
+            pointer.push('/');
+            pointer.push_str(&escape_pointer_segment(field));
+            "is required".to_owned()
+        } else if let Some(variant) = quoted_after(&message, "unknown variant `") {
+            let expected = message
+                .split_once(", expected ")
+                .map(|(_, rest)| rest)
+                .unwrap_or("a known value");
+            format!("unknown value `{variant}`, expected {expected}")
+        } else {
+            message
+        };
+        Problem::validation(vec![FieldError::new(pointer, detail)])
+    })
+}
+
+/// A deserializer over a [`Value`] that refuses the shapes serde would silently coerce.
+struct Exact(Value);
+
+impl<'de> de::IntoDeserializer<'de, serde_json::Error> for Exact {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Exact {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Array(items) => {
+                let mut seq = de::value::SeqDeserializer::new(items.into_iter().map(Exact));
+                let value = visitor.visit_seq(&mut seq)?;
+                seq.end()?;
+                Ok(value)
+            }
+            Value::Object(members) => {
+                let mut map = de::value::MapDeserializer::new(
+                    members.into_iter().map(|(k, v)| (k, Exact(v))),
+                );
+                let value = visitor.visit_map(&mut map)?;
+                map.end()?;
+                Ok(value)
+            }
+            scalar => scalar.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        if !self.0.is_object() {
+            return Err(de::Error::invalid_type(
+                unexpected(&self.0),
+                &"a JSON object",
+            ));
+        }
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            other => visitor.visit_some(Exact(other)),
+        }
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::String(variant) => visitor
+                .visit_enum(de::IntoDeserializer::<serde_json::Error>::into_deserializer(variant)),
+            other => Err(de::Error::invalid_type(unexpected(&other), &"a string")),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf unit
+        unit_struct seq tuple tuple_struct map identifier ignored_any
+    }
+}
+
+fn unexpected(value: &Value) -> de::Unexpected<'_> {
+    match value {
+        Value::Null => de::Unexpected::Unit,
+        Value::Bool(b) => de::Unexpected::Bool(*b),
+        Value::Number(_) => de::Unexpected::Other("a number"),
+        Value::String(s) => de::Unexpected::Str(s),
+        Value::Array(_) => de::Unexpected::Seq,
+        Value::Object(_) => de::Unexpected::Map,
+    }
+}
+
+impl Problem {
+    pub fn with_errors(mut self, errors: Vec<FieldError>) -> Self {
+        self.errors = errors;
+        self
+    }
+}
+
+/// Escapes one JSON pointer reference token (RFC 6901 §3).
+pub fn escape_pointer_segment(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = message.strip_prefix(prefix)?;
+    rest.split_once('`').map(|(field, _)| field)
+}
+
+fn path_to_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut pointer = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => {
+                pointer.push('/');
+                pointer.push_str(&index.to_string());
+            }
+            Segment::Map { key } => {
+                pointer.push('/');
+                pointer.push_str(&escape_pointer_segment(key));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    pointer
+}
+
+fn describe_syntax_error(err: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Eof => format!(
+            "the body ended early (line {}, column {})",
+            err.line(),
+            err.column()
+        ),
+        Category::Syntax | Category::Data | Category::Io => err.to_string(),
+    }
+}
+
+/// A reversed linked list of path segments living on the parser's stack; it becomes a pointer
+/// string only when an error is reported.
+struct PathNode<'a> {
+    parent: Option<&'a PathNode<'a>>,
+    segment: Segment<'a>,
+}
+
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn pointer_of(node: Option<&PathNode<'_>>) -> String {
+    let mut segments = Vec::new();
+    let mut cursor = node;
+    while let Some(n) = cursor {
+        segments.push(match n.segment {
+            Segment::Key(key) => escape_pointer_segment(key),
+            Segment::Index(index) => index.to_string(),
+        });
+        cursor = n.parent;
+    }
+    segments.iter().rev().fold(String::new(), |mut acc, s| {
+        acc.push('/');
+        acc.push_str(s);
+        acc
+    })
+}
+
+type FirstError = RefCell<Option<(String, String)>>;
+
+#[derive(Clone, Copy)]
+struct Strict<'a> {
+    depth: usize,
+    path: Option<&'a PathNode<'a>>,
+    first_error: &'a FirstError,
+}
+
+impl Strict<'_> {
+    fn fail<E: de::Error>(&self, pointer: String, detail: String) -> E {
+        let message = format!("{detail} at `{pointer}`");
+        self.first_error
+            .borrow_mut()
+            .get_or_insert((pointer, detail));
+        E::custom(message)
+    }
+
+    fn enter<E: de::Error>(&self) -> Result<usize, E> {
+        let depth = self.depth + 1;
+        if depth > MAX_DEPTH {
+            return Err(self.fail(
+                pointer_of(self.path),
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        Ok(depth)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| self.fail(pointer_of(self.path), "number out of range".into()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let depth = self.enter()?;
+        let mut items = Vec::new();
+        loop {
+            let node = PathNode {
+                parent: self.path,
+                segment: Segment::Index(items.len()),
+            };
+            let child = Strict {
+                depth,
+                path: Some(&node),
+                first_error: self.first_error,
+            };
+            match seq.next_element_seed(child)? {
+                Some(item) => items.push(item),
+                None => break,
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let depth = self.enter()?;
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                let node = PathNode {
+                    parent: self.path,
+                    segment: Segment::Key(&key),
+                };
+                return Err(self.fail(pointer_of(Some(&node)), format!("duplicate key `{key}`")));
+            }
+            let value = {
+                let node = PathNode {
+                    parent: self.path,
+                    segment: Segment::Key(&key),
+                };
+                map.next_value_seed(Strict {
+                    depth,
+                    path: Some(&node),
+                    first_error: self.first_error,
+                })?
+            };
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[test]
+    fn accepts_ordinary_json() {
+        let value = parse_strict(br#"{"a": [1, 2.5, "x", null, true, {"b": {}}]}"#).unwrap();
+        assert_eq!(value["a"][5]["b"], Value::Object(Map::new()));
+    }
+
+    #[test]
+    fn duplicate_keys_are_invalid_json_with_pointer() {
+        let err = parse_strict(br#"{"a": {"b": 1, "b": 2}}"#).unwrap_err();
+        assert_eq!(err.code, ProblemCode::InvalidJson);
+        assert_eq!(err.errors[0].pointer, "/a/b");
+        assert!(err.detail.contains("duplicate key `b`"), "{}", err.detail);
+    }
+
+    #[test]
+    fn duplicate_keys_inside_arrays_are_found() {
+        let err = parse_strict(br#"[{"x": 1}, {"y": 1, "y": 1}]"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "/1/y");
+    }
+
+    #[test]
+    fn depth_limit_is_32() {
+        let ok = format!("{}{}", "[".repeat(32), "]".repeat(32));
+        assert!(parse_strict(ok.as_bytes()).is_ok());
+        let deep = format!("{}{}", "[".repeat(33), "]".repeat(33));
+        let err = parse_strict(deep.as_bytes()).unwrap_err();
+        assert_eq!(err.code, ProblemCode::InvalidJson);
+        assert!(err.detail.contains("deeper than 32"));
+    }
+
+    #[test]
+    fn very_deep_input_is_refused_without_overflow() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            parse_strict(deep.as_bytes()).unwrap_err().code,
+            ProblemCode::InvalidJson
+        );
+    }
+
+    #[test]
+    fn syntax_errors_and_trailing_garbage_are_invalid_json() {
+        for body in [
+            &b""[..],
+            b"{",
+            b"{\"a\":1} x",
+            b"nul",
+            b"{\"a\":01}",
+            b"\xff",
+        ] {
+            let err = parse_strict(body).unwrap_err();
+            assert_eq!(err.code, ProblemCode::InvalidJson, "{body:?}");
+        }
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        inner: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        count: u32,
+    }
+
+    #[test]
+    fn decode_names_unknown_fields_by_pointer() {
+        let err =
+            from_slice::<Outer>(br#"{"name":"a","inner":[{"count":1},{"count":2,"extra":1}]}"#)
+                .unwrap_err();
+        assert_eq!(err.code, ProblemCode::ValidationFailed);
+        assert_eq!(err.errors[0].pointer, "/inner/1/extra");
+        assert_eq!(err.errors[0].detail, "unknown field");
+    }
+
+    #[test]
+    fn decode_names_wrong_types_and_missing_fields() {
+        let err = from_slice::<Outer>(br#"{"name":"a","inner":[{"count":"7"}]}"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "/inner/0/count");
+        assert!(err.errors[0].detail.contains("invalid type"));
+        let err = from_slice::<Outer>(br#"{"inner":[]}"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "/name");
+        assert_eq!(err.errors[0].detail, "is required");
+    }
+
+    #[test]
+    fn structs_are_never_read_from_arrays() {
+        let err = from_slice::<Outer>(br#"["a", []]"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "");
+        assert!(
+            err.errors[0].detail.contains("expected a JSON object"),
+            "{}",
+            err.errors[0].detail
+        );
+        let err = from_slice::<Outer>(br#"{"name":"a","inner":[[1]]}"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "/inner/0");
+    }
+
+    #[test]
+    fn numbers_are_not_coerced() {
+        for body in [
+            &br#"{"name":"a","inner":[{"count":1.5}]}"#[..],
+            br#"{"name":"a","inner":[{"count":-1}]}"#,
+            br#"{"name":"a","inner":[{"count":4294967296}]}"#,
+            br#"{"name":1,"inner":[]}"#,
+        ] {
+            assert!(
+                from_slice::<Outer>(body).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let ok: Outer = from_slice(br#"{"name":"a","inner":[{"count":7}]}"#).unwrap();
+        assert_eq!(ok.inner[0].count, 7);
+    }
+
+    #[test]
+    fn pointer_segments_are_escaped() {
+        let err = parse_strict(br#"{"a/b~c": {"k": 1, "k": 1}}"#).unwrap_err();
+        assert_eq!(err.errors[0].pointer, "/a~1b~0c/k");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let _ = parse_strict(&bytes);
+        }
+
+        #[test]
+        fn round_trips_values_without_duplicates(n in 0u64..1000, s in "[a-z]{0,12}") {
+            let value = serde_json::json!({"n": n, "s": s, "list": [n, s]});
+            let text = serde_json::to_vec(&value).unwrap();
+            proptest::prop_assert_eq!(parse_strict(&text).unwrap(), value);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Herma's pure core.
+//!
+//! Layout: [`problem`] (RFC 9457 vocabulary), [`json`] (the strict reader), [`key`] and
+//! [`gate`] (keys, credentials, authorization decisions), [`caller`] (caller scopes and ids),
+//! [`model`] (provisions, context entries, keys, receipts, entities, outcomes), [`settings`]
+//! (`HERMA_*`), [`contributor`] (the contributor-tier classifier), [`time`] (timestamps).
+//!
+//! Architecture invariant: nothing here does I/O, reads the clock or the environment, or spawns;
+//! the crate builds for `wasm32-unknown-unknown`, so every runtime decides the same way.
+
+pub mod caller;
+pub mod contributor;
+pub mod gate;
+pub mod json;
+pub mod key;
+pub mod model;
+pub mod problem;
+pub mod settings;
+pub mod time;
+
+pub use caller::CallerScope;
+pub use problem::{FieldError, Problem, ProblemCode};
+pub use time::Timestamp;

@@ -1,0 +1,190 @@
+//! Injection receipts: a SHA-256-sealed, canonical account of what Herma did with one request.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::context::ContextKind;
+use crate::caller::CallerScope;
+use crate::time::Timestamp;
+
+/// Which tier decided a match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Tier 1: keywords, regular expressions, path globs, tool names.
+    Keyword,
+    /// Tier 2: semantic similarity.
+    Semantic,
+    /// Tier 3: the micromodel classifier.
+    Micromodel,
+}
+
+/// What Herma did with the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptAction {
+    /// Forwarded unchanged: no provision fired.
+    Forwarded,
+    /// Context was shimmed, then the request was forwarded.
+    Shimmed,
+    /// A provision answered; nothing went upstream.
+    RespondedDirectly,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MatchedRule {
+    pub provision_id: String,
+    pub version: u64,
+    /// True for a `system_builtin` starter.
+    #[serde(default)]
+    pub builtin: bool,
+    pub tier: Tier,
+    /// The trigger that fired, e.g. `keyword:deploy` or `path:**/*.tf`.
+    #[cfg_attr(feature = "openapi", schema(example = "keyword:deploy"))]
+    pub trigger: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ShimmedRef {
+    pub id: String,
+    pub version: u64,
+    pub kind: ContextKind,
+    #[serde(default)]
+    pub builtin: bool,
+    /// Characters of the entry that were shimmed.
+    pub chars: u64,
+    /// True when the entry was cut to fit the shim budget.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Timings {
+    /// Microseconds Herma spent deciding (extraction, rules, rendering).
+    pub decision_micros: u64,
+    /// Microseconds until the upstream's response headers arrived, when forwarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_headers_micros: Option<u64>,
+    /// Microseconds until the response was complete, when observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_micros: Option<u64>,
+}
+
+/// The canonical content a receipt's digest covers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptBody {
+    pub caller_scope: CallerScope,
+    /// `chat_completions`, `responses` or `messages`.
+    #[cfg_attr(feature = "openapi", schema(example = "messages"))]
+    pub protocol: String,
+    pub conversation_id: String,
+    pub model: String,
+    pub action: ReceiptAction,
+    pub matched: Vec<MatchedRule>,
+    pub shimmed_context_refs: Vec<ShimmedRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    /// Token usage as the upstream reported it, when observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub usage: Option<Value>,
+    pub timings: Timings,
+    pub created_at: Timestamp,
+}
+
+impl ReceiptBody {
+    /// Lowercase hex SHA-256 over the canonical (compact, declared field order) JSON.
+    pub fn digest(&self) -> String {
+        let canonical = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(Sha256::digest(&canonical))
+    }
+
+    /// Seals the body under `id`, computing its digest.
+    pub fn seal(self, id: String) -> InjectionReceipt {
+        InjectionReceipt {
+            sha256: self.digest(),
+            id,
+            body: self,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InjectionReceipt {
+    /// The receipt id, returned to the client as `x-herma-receipt`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "rcpt_0f1e2d3c4b5a69788796a5b4c3d2e1f0")
+    )]
+    pub id: String,
+    /// SHA-256 of the canonical body.
+    pub sha256: String,
+    #[serde(flatten)]
+    pub body: ReceiptBody,
+}
+
+impl InjectionReceipt {
+    /// True when the stored digest still matches the body.
+    pub fn verifies(&self) -> bool {
+        self.sha256 == self.body.digest()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body() -> ReceiptBody {
+        ReceiptBody {
+            caller_scope: CallerScope::system_builtin(),
+            protocol: "messages".into(),
+            conversation_id: "c1".into(),
+            model: "claude".into(),
+            action: ReceiptAction::RespondedDirectly,
+            matched: vec![MatchedRule {
+                provision_id: "p".into(),
+                version: 1,
+                builtin: false,
+                tier: Tier::Keyword,
+                trigger: "keyword:deploy".into(),
+            }],
+            shimmed_context_refs: vec![],
+            upstream_status: None,
+            usage: None,
+            timings: Timings::default(),
+            created_at: Timestamp::from_millis(5),
+        }
+    }
+
+    #[test]
+    fn digest_is_stable_and_sensitive() {
+        let a = body().seal("r1".into());
+        assert_eq!(a.sha256.len(), 64);
+        assert_eq!(a.sha256, body().digest());
+        assert!(a.verifies());
+        let mut changed = body();
+        changed.matched[0].version = 2;
+        assert_ne!(changed.digest(), a.sha256);
+    }
+
+    #[test]
+    fn receipts_round_trip_through_json() {
+        let r = body().seal("r1".into());
+        let text = serde_json::to_string(&r).unwrap();
+        let back: InjectionReceipt = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        assert!(back.verifies());
+    }
+}

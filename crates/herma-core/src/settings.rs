@@ -1,0 +1,451 @@
+//! Operator settings (`HERMA_*`), parsed from a map so every runtime reads them the same way.
+//!
+//! Rules shared by every setting: an empty or whitespace-only value counts as unset (the default
+//! applies); numbers are plain decimal digits (no signs, exponents, separators); every invalid
+//! setting is reported by name, all at once. Secrets are never shown, only whether they are set.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Default listen address: loopback only.
+pub const DEFAULT_BIND: &str = "127.0.0.1:7730";
+/// Default database: a SQLite file in the working directory.
+pub const DEFAULT_SQLITE_PATH: &str = "herma.db";
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+pub const DEFAULT_KEY_CACHE_TTL_MS: u64 = 1000;
+/// Revocation must take effect within one second, so the verified-key cache may not be longer.
+pub const MAX_KEY_CACHE_TTL_MS: u64 = 1000;
+pub const MIN_SECRET_CHARS: usize = 24;
+
+/// One known setting, for `herma config check` and the docs.
+#[derive(Debug, Clone, Copy)]
+pub struct SettingInfo {
+    pub name: &'static str,
+    pub secret: bool,
+    pub default: &'static str,
+    pub description: &'static str,
+}
+
+pub const KNOWN_SETTINGS: &[SettingInfo] = &[
+    SettingInfo {
+        name: "HERMA_BIND",
+        secret: false,
+        default: DEFAULT_BIND,
+        description: "Address `herma serve` listens on (host:port).",
+    },
+    SettingInfo {
+        name: "HERMA_DATABASE_URL",
+        secret: true,
+        default: "sqlite://herma.db",
+        description: "`sqlite://PATH` (embedded, WAL) or `postgres://…` (shared by many instances).",
+    },
+    SettingInfo {
+        name: "HERMA_ADMIN_TOKEN",
+        secret: true,
+        default: "unset",
+        description: "Bootstrap admin credential for /v1/admin/* (at least 24 characters).",
+    },
+    SettingInfo {
+        name: "HERMA_EDGE_SECRET",
+        secret: true,
+        default: "unset",
+        description: "When set, every request must carry a matching `x-edge-auth` header.",
+    },
+    SettingInfo {
+        name: "HERMA_MAX_BODY_BYTES",
+        secret: false,
+        default: "1048576",
+        description: "Largest request body accepted on Herma's own API.",
+    },
+    SettingInfo {
+        name: "HERMA_KEY_CACHE_TTL_MS",
+        secret: false,
+        default: "1000",
+        description: "How long a verified key is trusted without re-reading it (at most 1000).",
+    },
+    SettingInfo {
+        name: "HERMA_LOG",
+        secret: false,
+        default: "info",
+        description: "Log filter (tracing `EnvFilter` syntax, e.g. `info,herma_server=debug`).",
+    },
+    SettingInfo {
+        name: "HERMA_LOG_FORMAT",
+        secret: false,
+        default: "text",
+        description: "`text` or `json`.",
+    },
+];
+
+/// A secret value: shown as `[redacted]`, compared in constant time by its users.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Where records live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// A SQLite file path.
+    Sqlite(String),
+    /// A PostgreSQL connection URL.
+    Postgres(Secret),
+}
+
+impl DatabaseUrl {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        if let Some(path) = raw
+            .strip_prefix("sqlite://")
+            .or_else(|| raw.strip_prefix("sqlite:"))
+        {
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err("a SQLite URL needs a file path, e.g. sqlite://herma.db".into());
+            }
+            return Ok(Self::Sqlite(path.to_owned()));
+        }
+        if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+            return Ok(Self::Postgres(Secret::new(raw)));
+        }
+        Err("must start with sqlite:// or postgres://".into())
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{path}"),
+            Self::Postgres(url) => redact_url_password(url.expose()),
+        }
+    }
+}
+
+fn redact_url_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "[redacted]".into();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated settings of one process.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub bind: SocketAddr,
+    pub database: DatabaseUrl,
+    pub admin_token: Option<Secret>,
+    pub edge_secret: Option<Secret>,
+    pub max_body_bytes: u64,
+    pub key_cache_ttl_ms: u64,
+    pub log_filter: String,
+    pub log_format: LogFormat,
+}
+
+/// An invalid setting, by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingError {
+    pub name: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for SettingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.name, self.detail)
+    }
+}
+
+/// The value of `name`, or `None` when unset, empty or whitespace-only.
+pub fn setting<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    map.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// Plain decimal digits only: `16384` yes; `+1`, `1e3`, `1_000`, `0x10`, `-1` no.
+pub fn parse_decimal_u64(raw: &str) -> Result<u64, String> {
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{raw}` is not a plain decimal integer"));
+    }
+    raw.parse::<u64>()
+        .map_err(|_| format!("`{raw}` is too large"))
+}
+
+impl Settings {
+    /// Parses and validates every known setting, collecting all errors.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, Vec<SettingError>> {
+        let mut errors = Vec::new();
+        let mut fail = |name: &str, detail: String| {
+            errors.push(SettingError {
+                name: name.to_owned(),
+                detail,
+            })
+        };
+
+        let bind = setting(map, "HERMA_BIND").unwrap_or(DEFAULT_BIND);
+        let bind = bind.parse::<SocketAddr>().unwrap_or_else(|_| {
+            fail(
+                "HERMA_BIND",
+                format!("`{bind}` is not a host:port address such as 127.0.0.1:7730"),
+            );
+            SocketAddr::from(([127, 0, 0, 1], 7730))
+        });
+
+        let database = match setting(map, "HERMA_DATABASE_URL") {
+            None => DatabaseUrl::Sqlite(DEFAULT_SQLITE_PATH.to_owned()),
+            Some(raw) => DatabaseUrl::parse(raw).unwrap_or_else(|detail| {
+                fail("HERMA_DATABASE_URL", detail);
+                DatabaseUrl::Sqlite(DEFAULT_SQLITE_PATH.to_owned())
+            }),
+        };
+
+        let mut secret = |name: &str| -> Option<Secret> {
+            let value = setting(map, name)?;
+            if value.chars().count() < MIN_SECRET_CHARS {
+                fail(
+                    name,
+                    format!("must be at least {MIN_SECRET_CHARS} characters"),
+                );
+                return None;
+            }
+            Some(Secret::new(value))
+        };
+        let admin_token = secret("HERMA_ADMIN_TOKEN");
+        let edge_secret = secret("HERMA_EDGE_SECRET");
+
+        let mut number = |name: &str, default: u64, min: u64, max: u64| -> u64 {
+            match setting(map, name).map(parse_decimal_u64) {
+                None => default,
+                Some(Ok(n)) if (min..=max).contains(&n) => n,
+                Some(Ok(n)) => {
+                    fail(name, format!("{n} is outside {min}..={max}"));
+                    default
+                }
+                Some(Err(detail)) => {
+                    fail(name, detail);
+                    default
+                }
+            }
+        };
+        let max_body_bytes = number(
+            "HERMA_MAX_BODY_BYTES",
+            DEFAULT_MAX_BODY_BYTES,
+            1024,
+            64 * 1024 * 1024,
+        );
+        let key_cache_ttl_ms = number(
+            "HERMA_KEY_CACHE_TTL_MS",
+            DEFAULT_KEY_CACHE_TTL_MS,
+            0,
+            MAX_KEY_CACHE_TTL_MS,
+        );
+
+        let log_filter = setting(map, "HERMA_LOG").unwrap_or("info").to_owned();
+        let log_format = match setting(map, "HERMA_LOG_FORMAT") {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                fail(
+                    "HERMA_LOG_FORMAT",
+                    format!("`{other}` is neither `text` nor `json`"),
+                );
+                LogFormat::Text
+            }
+        };
+
+        if errors.is_empty() {
+            Ok(Self {
+                bind,
+                database,
+                admin_token,
+                edge_secret,
+                max_body_bytes,
+                key_cache_ttl_ms,
+                log_filter,
+                log_format,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// One line of `herma config check`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingReport {
+    pub name: &'static str,
+    /// The effective value as it may be shown: secrets are `[set]`/`unset`, URLs lose passwords.
+    pub shown: String,
+    pub from_default: bool,
+}
+
+/// The effective value of every known setting, redacted, in a stable order.
+pub fn report(map: &BTreeMap<String, String>) -> Vec<SettingReport> {
+    KNOWN_SETTINGS
+        .iter()
+        .map(|info| {
+            let value = setting(map, info.name);
+            let shown = match (value, info.name) {
+                (None, _) => info.default.to_owned(),
+                (Some(raw), "HERMA_DATABASE_URL") => DatabaseUrl::parse(raw)
+                    .map(|u| u.redacted())
+                    .unwrap_or_else(|_| "[invalid]".into()),
+                (Some(_), _) if info.secret => "[set]".to_owned(),
+                (Some(raw), _) => raw.to_owned(),
+            };
+            SettingReport {
+                name: info.name,
+                shown,
+                from_default: value.is_none(),
+            }
+        })
+        .collect()
+}
+
+/// `HERMA_*` names in `map` that Herma does not know (likely typos).
+pub fn unknown_settings(map: &BTreeMap<String, String>) -> Vec<String> {
+    map.keys()
+        .filter(|name| name.starts_with("HERMA_"))
+        .filter(|name| !KNOWN_SETTINGS.iter().any(|s| s.name == name.as_str()))
+        .filter(|name| !name.starts_with("HERMA_TEST_"))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_need_no_configuration() {
+        let s = Settings::from_map(&BTreeMap::new()).unwrap();
+        assert_eq!(s.bind.to_string(), "127.0.0.1:7730");
+        assert_eq!(s.database, DatabaseUrl::Sqlite("herma.db".into()));
+        assert!(s.admin_token.is_none());
+        assert_eq!(s.key_cache_ttl_ms, 1000);
+    }
+
+    #[test]
+    fn whitespace_values_are_unset() {
+        let s =
+            Settings::from_map(&map(&[("HERMA_BIND", "  "), ("HERMA_ADMIN_TOKEN", "\t")])).unwrap();
+        assert_eq!(s.bind.to_string(), DEFAULT_BIND);
+        assert!(s.admin_token.is_none());
+    }
+
+    #[test]
+    fn every_invalid_setting_is_named() {
+        let errors = Settings::from_map(&map(&[
+            ("HERMA_BIND", "nowhere"),
+            ("HERMA_DATABASE_URL", "mysql://x"),
+            ("HERMA_ADMIN_TOKEN", "short"),
+            ("HERMA_MAX_BODY_BYTES", "1e6"),
+            ("HERMA_KEY_CACHE_TTL_MS", "5000"),
+            ("HERMA_LOG_FORMAT", "xml"),
+        ]))
+        .unwrap_err();
+        let names: Vec<_> = errors.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "HERMA_BIND",
+                "HERMA_DATABASE_URL",
+                "HERMA_ADMIN_TOKEN",
+                "HERMA_MAX_BODY_BYTES",
+                "HERMA_KEY_CACHE_TTL_MS",
+                "HERMA_LOG_FORMAT"
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_are_plain_decimal_digits() {
+        assert_eq!(parse_decimal_u64("16384"), Ok(16384));
+        for bad in [
+            "",
+            "+1",
+            "-1",
+            "1e3",
+            "1_000",
+            "0x10",
+            " 1",
+            "1.0",
+            "99999999999999999999",
+        ] {
+            assert!(parse_decimal_u64(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn database_urls() {
+        assert_eq!(
+            DatabaseUrl::parse("sqlite://data/h.db"),
+            Ok(DatabaseUrl::Sqlite("data/h.db".into()))
+        );
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///tmp/h.db"),
+            Ok(DatabaseUrl::Sqlite("/tmp/h.db".into()))
+        );
+        assert!(DatabaseUrl::parse("sqlite://").is_err());
+        let pg = DatabaseUrl::parse("postgres://u:hunter2@db:5432/herma").unwrap();
+        assert_eq!(pg.redacted(), "postgres://u:***@db:5432/herma");
+        assert!(!format!("{pg:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn report_redacts_secrets() {
+        let lines = report(&map(&[
+            ("HERMA_ADMIN_TOKEN", "a-very-long-bootstrap-token-value"),
+            ("HERMA_DATABASE_URL", "postgres://u:pw@h/db"),
+        ]));
+        let text = format!("{lines:?}");
+        assert!(!text.contains("bootstrap-token"));
+        assert!(!text.contains(":pw@"));
+        assert!(text.contains("[set]"));
+    }
+
+    #[test]
+    fn unknown_herma_settings_are_listed() {
+        let unknown = unknown_settings(&map(&[
+            ("HERMA_BIN", "x"),
+            ("HERMA_BIND", "1.2.3.4:5"),
+            ("PATH", "/"),
+        ]));
+        assert_eq!(unknown, ["HERMA_BIN"]);
+    }
+}

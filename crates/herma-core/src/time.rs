@@ -1,0 +1,109 @@
+//! Timestamps. The core never reads the clock: callers pass `now` in.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Milliseconds since the Unix epoch, UTC. Serialized as RFC 3339 with milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    pub const fn from_millis(millis: i64) -> Self {
+        Self(millis)
+    }
+
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    pub fn plus_millis(self, millis: i64) -> Self {
+        Self(self.0.saturating_add(millis))
+    }
+
+    /// RFC 3339 text, e.g. `2026-11-30T09:15:00.123Z`.
+    pub fn to_rfc3339(self) -> String {
+        let nanos = i128::from(self.0) * 1_000_000;
+        match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+            Ok(dt) => {
+                let ms = dt.millisecond();
+                format!(
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                    dt.year(),
+                    u8::from(dt.month()),
+                    dt.day(),
+                    dt.hour(),
+                    dt.minute(),
+                    dt.second(),
+                    ms
+                )
+            }
+            Err(_) => self.0.to_string(),
+        }
+    }
+
+    pub fn parse_rfc3339(raw: &str) -> Option<Self> {
+        let dt = OffsetDateTime::parse(raw, &Rfc3339).ok()?;
+        i64::try_from(dt.unix_timestamp_nanos() / 1_000_000)
+            .ok()
+            .map(Self)
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Self::parse_rfc3339(&raw)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{raw}` is not an RFC 3339 time")))
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::DateTime,
+            )))
+            .examples([serde_json::json!("2026-11-30T09:15:00.123Z")])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Timestamp {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_rfc3339() {
+        let t = Timestamp::from_millis(1_796_029_200_123);
+        let text = t.to_rfc3339();
+        assert_eq!(text, "2026-11-30T09:00:00.123Z");
+        assert_eq!(Timestamp::parse_rfc3339(&text), Some(t));
+        assert_eq!(serde_json::to_value(t).unwrap(), serde_json::json!(text));
+    }
+
+    #[test]
+    fn epoch_is_formatted() {
+        assert_eq!(
+            Timestamp::from_millis(0).to_rfc3339(),
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! Problems as HTTP responses: the one place Herma's API statuses are decided.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use herma_core::{Problem, ProblemCode};
+
+/// The status of every problem code on Herma's own API.
+pub fn status_of(code: ProblemCode) -> StatusCode {
+    match code {
+        ProblemCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ProblemCode::HarnessRequired
+        | ProblemCode::InsufficientScope
+        | ProblemCode::AdminRequired
+        | ProblemCode::BuiltinProtected
+        | ProblemCode::BrowserNavigationRefused
+        | ProblemCode::EdgeAuthRequired
+        | ProblemCode::ContributorTierRefused => StatusCode::FORBIDDEN,
+        ProblemCode::VersionConflict => StatusCode::CONFLICT,
+        ProblemCode::InvalidJson => StatusCode::BAD_REQUEST,
+        ProblemCode::ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        ProblemCode::NotFound => StatusCode::NOT_FOUND,
+        ProblemCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ProblemCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ProblemCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// A problem on its way out as `application/problem+json`.
+#[derive(Debug)]
+pub struct ApiError(pub Problem);
+
+impl From<Problem> for ApiError {
+    fn from(problem: Problem) -> Self {
+        Self(problem)
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = status_of(self.0.code);
+        let body = self.0.to_body(status.as_u16()).to_string();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match self.0.code {
+            ProblemCode::Unauthorized => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"herma\""),
+                );
+            }
+            ProblemCode::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_an_error_status() {
+        for code in ProblemCode::ALL {
+            let status = status_of(*code);
+            assert!(
+                status.is_client_error() || status.is_server_error(),
+                "{code}"
+            );
+        }
+        assert_eq!(
+            status_of(ProblemCode::VersionConflict),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status_of(ProblemCode::BuiltinProtected),
+            StatusCode::FORBIDDEN
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! Extractors: the gate's header facts, strict query strings and strict JSON bodies, all
+//! refusing with problem+json.
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use herma_core::gate::{GateRequest, Principal, Requirement};
+use herma_core::{FieldError, Problem, ProblemCode, json};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+pub const HARNESS_HEADER: &str = "x-herma-harness";
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The request headers the gate reads, kept so admission can happen inside the handler (where
+/// the requirement may depend on the query, e.g. built-in writes need an admin).
+pub struct GateFacts(HeaderMap);
+
+impl<S: Send + Sync> FromRequestParts<S> for GateFacts {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(parts.headers.clone()))
+    }
+}
+
+impl GateFacts {
+    pub fn request(&self) -> GateRequest<'_> {
+        GateRequest {
+            authorization: header_str(&self.0, header::AUTHORIZATION.as_str()),
+            x_api_key: header_str(&self.0, "x-api-key"),
+            has_cookie: self.0.contains_key(header::COOKIE),
+            sec_fetch_mode: header_str(&self.0, "sec-fetch-mode"),
+            sec_fetch_dest: header_str(&self.0, "sec-fetch-dest"),
+        }
+    }
+
+    pub fn harness(&self) -> Option<&str> {
+        header_str(&self.0, HARNESS_HEADER)
+    }
+
+    pub async fn admit(
+        &self,
+        state: &AppState,
+        requirement: Requirement,
+    ) -> Result<Principal, ApiError> {
+        Ok(state
+            .app
+            .gate
+            .admit(&self.request(), requirement, self.harness())
+            .await?)
+    }
+}
+
+/// A query string decoded strictly: unknown parameters and bad values are `validation_failed`.
+pub struct StrictQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for StrictQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(q)| Self(q))
+            .map_err(|e| {
+                ApiError(Problem::validation(vec![FieldError::new(
+                    "",
+                    format!(
+                        "query string: {}",
+                        e.body_text()
+                            .trim_start_matches("Failed to deserialize query string: ")
+                    ),
+                )]))
+            })
+    }
+}
+
+/// Reads a JSON body of at most `limit` bytes and parses it strictly (duplicate keys, depth).
+pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
+    if let Some(content_type) = header_str(headers, header::CONTENT_TYPE.as_str()) {
+        let essence = content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError(Problem::new(
+                ProblemCode::UnsupportedMediaType,
+                format!("Content-Type `{essence}` is not JSON; send application/json"),
+            )));
+        }
+    }
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|err| {
+        let too_large = std::error::Error::source(&err)
+            .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+        ApiError(if too_large {
+            Problem::new(
+                ProblemCode::PayloadTooLarge,
+                format!("the body is larger than {limit} bytes"),
+            )
+        } else {
+            Problem::new(ProblemCode::InvalidJson, "the body could not be read")
+        })
+    })?;
+    Ok(json::parse_strict(&bytes)?)
+}

@@ -1,0 +1,116 @@
+//! Herma's HTTP transport (axum).
+//!
+//! Layout: [`router`] builds every route from annotated handlers in [`routes`] (so `/openapi.json`
+//! covers them all), wrapped in the layers of [`layers`] (request ids, tracing, security headers,
+//! the edge check); [`extract`] holds the strict extractors, [`error`] maps problems to statuses;
+//! [`serve`] runs the router on a listener until a shutdown future resolves.
+//!
+//! Architecture invariant: handlers contain no business rules: extract, call one `herma_app`
+//! service, map the result. Status codes are decided only in [`error::status_of`].
+
+pub mod error;
+pub mod extract;
+mod layers;
+pub mod openapi;
+pub mod routes;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use herma_app::App;
+use herma_core::{Problem, ProblemCode};
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use error::ApiError;
+
+/// What every handler sees.
+#[derive(Clone)]
+pub struct AppState {
+    pub app: Arc<App>,
+    /// The rendered OpenAPI document.
+    pub openapi: axum::body::Bytes,
+}
+
+impl AppState {
+    pub fn body_limit(&self) -> usize {
+        usize::try_from(self.app.settings.max_body_bytes).unwrap_or(usize::MAX)
+    }
+}
+
+/// The routes and their OpenAPI description.
+fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use routes::{admin, receipts, records, system};
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(system::root))
+        .routes(routes!(system::healthz))
+        .routes(routes!(system::openapi))
+        .routes(routes!(system::whoami))
+        .routes(routes!(
+            records::provisions::list,
+            records::provisions::create
+        ))
+        .routes(routes!(
+            records::provisions::get,
+            records::provisions::update,
+            records::provisions::delete
+        ))
+        .routes(routes!(records::context::list, records::context::create))
+        .routes(routes!(
+            records::context::get,
+            records::context::update,
+            records::context::delete
+        ))
+        .routes(routes!(receipts::get_receipt))
+        .routes(routes!(admin::list_keys, admin::create_key))
+        .routes(routes!(admin::revoke_key))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of this server.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    api().1
+}
+
+/// The whole application, ready to serve. Tests call it without a socket.
+pub fn router(app: Arc<App>) -> Router {
+    let (routes, doc) = api();
+    let rendered = doc.to_pretty_json().unwrap_or_else(|_| "{}".to_owned());
+    let state = AppState {
+        app,
+        openapi: axum::body::Bytes::from(rendered),
+    };
+    let router = routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state.clone());
+    layers::apply(router, state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError(Problem::new(
+        ProblemCode::NotFound,
+        "no route matches this path",
+    ))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError(Problem::new(
+        ProblemCode::MethodNotAllowed,
+        "this route does not accept that method",
+    ))
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then finishes in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

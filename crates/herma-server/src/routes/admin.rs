@@ -1,0 +1,69 @@
+//! `/v1/admin/keys`: the bootstrap token or an admin key (H11).
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use herma_app::keys::{IssuedKey, NewKey};
+use herma_core::gate::Requirement;
+use herma_core::json;
+use herma_core::model::HarnessKey;
+use serde::Serialize;
+
+use crate::AppState;
+use crate::error::ApiResult;
+use crate::extract::{GateFacts, read_json};
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyList {
+    pub items: Vec<HarnessKey>,
+}
+
+/// Issue a key. The secret is returned once and never stored.
+#[utoipa::path(post, path = "/v1/admin/keys", tag = "admin",
+    request_body = NewKey,
+    responses((status = 201, body = IssuedKey), (status = 401, body = crate::openapi::ProblemBody),
+        (status = 403, description = "Not an admin", body = crate::openapi::ProblemBody),
+        (status = 422, body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn create_key(
+    State(state): State<AppState>,
+    facts: GateFacts,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<IssuedKey>)> {
+    facts.admit(&state, Requirement::Admin).await?;
+    let request: NewKey = json::decode(read_json(&headers, body, state.body_limit()).await?)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(state.app.issue_key(request).await?),
+    ))
+}
+
+/// List every key (ids, scopes, harness; never secrets or digests), newest first.
+#[utoipa::path(get, path = "/v1/admin/keys", tag = "admin",
+    responses((status = 200, body = KeyList), (status = 403, body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn list_keys(
+    State(state): State<AppState>,
+    facts: GateFacts,
+) -> ApiResult<Json<KeyList>> {
+    facts.admit(&state, Requirement::Admin).await?;
+    Ok(Json(KeyList {
+        items: state.app.list_keys().await?,
+    }))
+}
+
+/// Revoke a key: refused here at once and on every instance within one second.
+#[utoipa::path(delete, path = "/v1/admin/keys/{key_id}", tag = "admin",
+    params(("key_id" = String, Path, description = "The key id (16 hex characters)", example = "3f9a1c0d5e7b2a64")),
+    responses((status = 200, body = HarnessKey), (status = 404, body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    facts: GateFacts,
+    Path(key_id): Path<String>,
+) -> ApiResult<Json<HarnessKey>> {
+    facts.admit(&state, Requirement::Admin).await?;
+    Ok(Json(state.app.revoke_key(&key_id).await?))
+}

@@ -1,0 +1,237 @@
+//! Bad input gets problem+json naming the field, and changes nothing.
+
+use herma_test_support::fixtures::provision;
+use herma_test_support::{Backend, TestApp, spawn_app};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::{assert_problem, req};
+
+async fn assert_nothing_written(app: &TestApp, key: &str) {
+    let listed = req(Method::GET, "/v1/provisions").key(key).send(app).await;
+    assert_eq!(listed.2["items"], json!([]), "nothing was written");
+}
+
+async fn raw_post(
+    app: &TestApp,
+    key: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, reqwest::header::HeaderMap, serde_json::Value) {
+    let response = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(key)
+        .header("X-Herma-Harness", "claude-code")
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    (
+        status,
+        headers,
+        response.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn unknown_fields_and_wrong_types_are_named_by_pointer() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let mut unknown = provision("p");
+    unknown["triggers"]["keyword"] = json!(["typo"]);
+    let mut wrong_type = provision("p");
+    wrong_type["priority"] = json!("high");
+    let mut bad_enum = provision("p");
+    bad_enum["action"] = json!("shim");
+    let mut missing = provision("p");
+    missing.as_object_mut().unwrap().remove("action");
+    let mut invalid = provision("bad id");
+    invalid["triggers"]["regex"] = json!(["(unclosed"]);
+    for (body, pointer) in [
+        (unknown, "/triggers/keyword"),
+        (wrong_type, "/priority"),
+        (bad_enum, "/action"),
+        (missing, "/action"),
+        (invalid, "/id"),
+        (json!([1, 2]), ""),
+    ] {
+        let got = req(Method::POST, "/v1/provisions")
+            .key(&key)
+            .harness("claude-code")
+            .json(body.clone())
+            .send(&app)
+            .await;
+        assert_problem(&got, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+        assert_eq!(got.2["errors"][0]["pointer"], pointer, "{body}: {}", got.2);
+    }
+    assert_nothing_written(&app, &key).await;
+}
+
+#[tokio::test]
+async fn duplicate_keys_and_deep_nesting_are_invalid_json() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let duplicate = br#"{"id":"p","id":"q","action":"shim_context","triggers":{"keywords":["x"]},"context_refs":["a"]}"#.to_vec();
+    let got = raw_post(&app, &key, "/v1/provisions", "application/json", duplicate).await;
+    assert_problem(&got, StatusCode::BAD_REQUEST, "invalid_json");
+    assert_eq!(got.2["errors"][0]["pointer"], "/id");
+    let deep = format!(
+        "{{\"id\":\"p\",\"x\":{}1{}}}",
+        "[".repeat(40),
+        "]".repeat(40)
+    )
+    .into_bytes();
+    let got = raw_post(&app, &key, "/v1/provisions", "application/json", deep).await;
+    assert_problem(&got, StatusCode::BAD_REQUEST, "invalid_json");
+    let broken = raw_post(
+        &app,
+        &key,
+        "/v1/provisions",
+        "application/json",
+        b"{\"id\":".to_vec(),
+    )
+    .await;
+    assert_problem(&broken, StatusCode::BAD_REQUEST, "invalid_json");
+    let form = raw_post(
+        &app,
+        &key,
+        "/v1/provisions",
+        "application/x-www-form-urlencoded",
+        b"id=p".to_vec(),
+    )
+    .await;
+    assert_problem(
+        &form,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    assert_nothing_written(&app, &key).await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let app = spawn_app(Backend::Memory, &[("HERMA_MAX_BODY_BYTES", "2048")]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let mut big = provision("p");
+    big["description"] = json!("x".repeat(4096));
+    let got = req(Method::POST, "/v1/provisions")
+        .key(&key)
+        .harness("claude-code")
+        .json(big)
+        .send(&app)
+        .await;
+    assert_problem(&got, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    assert_nothing_written(&app, &key).await;
+}
+
+#[tokio::test]
+async fn updates_need_expected_version_and_a_matching_id() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    req(Method::POST, "/v1/provisions")
+        .key(&key)
+        .harness("claude-code")
+        .json(provision("p"))
+        .send(&app)
+        .await;
+    let missing = req(Method::PUT, "/v1/provisions/p")
+        .key(&key)
+        .harness("claude-code")
+        .json(provision("p"))
+        .send(&app)
+        .await;
+    assert_problem(
+        &missing,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_eq!(missing.2["errors"][0]["pointer"], "/expected_version");
+    let mut negative = provision("p");
+    negative["expected_version"] = json!(-1);
+    let got = req(Method::PUT, "/v1/provisions/p")
+        .key(&key)
+        .harness("claude-code")
+        .json(negative)
+        .send(&app)
+        .await;
+    assert_eq!(got.2["errors"][0]["pointer"], "/expected_version");
+    let mut renamed = provision("q");
+    renamed["expected_version"] = json!(1);
+    let got = req(Method::PUT, "/v1/provisions/p")
+        .key(&key)
+        .harness("claude-code")
+        .json(renamed)
+        .send(&app)
+        .await;
+    assert_problem(&got, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    assert_eq!(got.2["errors"][0]["pointer"], "/id");
+    let unchanged = req(Method::GET, "/v1/provisions/p")
+        .key(&key)
+        .send(&app)
+        .await;
+    assert_eq!(unchanged.2["version"], 1);
+}
+
+#[test]
+fn arbitrary_bodies_never_cause_a_server_error_or_a_write() {
+    use proptest::prelude::*;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (app, key) = rt.block_on(async {
+        let app = spawn_app(Backend::Memory, &[]).await;
+        let key = app.key("route,configure", Some("claude-code")).await;
+        (app, key)
+    });
+    let fragments = prop_oneof![
+        Just("{".to_owned()),
+        Just("}".to_owned()),
+        Just("[".to_owned()),
+        Just("]".to_owned()),
+        Just("\"id\":".to_owned()),
+        Just("\"action\":\"shim_context\"".to_owned()),
+        Just(",".to_owned()),
+        Just("\"triggers\":{\"keywords\":[\"x\"]}".to_owned()),
+        Just("null".to_owned()),
+        Just("1e999".to_owned()),
+        Just("\"\\ud800\"".to_owned()),
+        "[a-z\"\\\\]{0,4}".prop_map(|s| s),
+    ];
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 200,
+        failure_persistence: None,
+        ..Default::default()
+    });
+    runner
+        .run(&proptest::collection::vec(fragments, 0..24), |parts| {
+            let body = parts.concat().into_bytes();
+            let got = rt.block_on(raw_post(
+                &app,
+                &key,
+                "/v1/provisions",
+                "application/json",
+                body.clone(),
+            ));
+            prop_assert!(
+                got.0.is_client_error() || got.0 == StatusCode::CREATED,
+                "{:?} for {:?}",
+                got.0,
+                String::from_utf8_lossy(&body)
+            );
+            if got.0 == StatusCode::CREATED {
+                let id = got.2["id"].as_str().unwrap().to_owned();
+                rt.block_on(
+                    req(Method::DELETE, format!("/v1/provisions/{id}"))
+                        .key(&key)
+                        .harness("claude-code")
+                        .send(&app),
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    rt.block_on(assert_nothing_written(&app, &key));
+}

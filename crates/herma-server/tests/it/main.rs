@@ -1,0 +1,96 @@
+//! Herma's HTTP API end to end: a real server on an ephemeral port, real stores.
+
+// Tests fail loudly: unwrap and expect are how they report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod admin;
+mod bad_input;
+mod gate;
+mod openapi;
+mod records;
+
+use herma_test_support::TestApp;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+/// One request: method, path, optional key, harness header and JSON body.
+pub struct Req<'a> {
+    method: Method,
+    path: String,
+    key: Option<&'a str>,
+    harness: Option<&'a str>,
+    body: Option<Value>,
+    headers: Vec<(&'a str, String)>,
+}
+
+pub fn req<'a>(method: Method, path: impl Into<String>) -> Req<'a> {
+    Req {
+        method,
+        path: path.into(),
+        key: None,
+        harness: None,
+        body: None,
+        headers: Vec::new(),
+    }
+}
+
+impl<'a> Req<'a> {
+    pub fn key(mut self, key: &'a str) -> Self {
+        self.key = Some(key);
+        self
+    }
+    pub fn harness(mut self, harness: &'a str) -> Self {
+        self.harness = Some(harness);
+        self
+    }
+    pub fn json(mut self, body: Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+    pub fn header(mut self, name: &'a str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// Sends and returns the status, the headers and the body as JSON (Null when empty).
+    pub async fn send(self, app: &TestApp) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = app.client.request(self.method, app.url(&self.path));
+        if let Some(key) = self.key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(harness) = self.harness {
+            request = request.header("X-Herma-Harness", harness);
+        }
+        for (name, value) in self.headers {
+            request = request.header(name, value);
+        }
+        if let Some(body) = self.body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, headers, body)
+    }
+}
+
+/// Asserts a problem+json response with `status` and `code`.
+pub fn assert_problem(
+    got: &(StatusCode, reqwest::header::HeaderMap, Value),
+    status: StatusCode,
+    code: &str,
+) {
+    let (s, headers, body) = got;
+    assert_eq!(*s, status, "body: {body}");
+    assert_eq!(body["code"], code, "body: {body}");
+    assert_eq!(body["status"], status.as_u16());
+    assert_eq!(body["type"], format!("https://herma.dev/problems/{code}"));
+    assert_eq!(headers["content-type"], "application/problem+json");
+}

@@ -1,0 +1,41 @@
+//! The store conformance suite against a real PostgreSQL (one fresh schema per test).
+
+// Tests fail loudly: unwrap and expect are how they report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use herma_store::Store;
+use herma_store_postgres::testing;
+
+async fn fresh_store() -> Arc<dyn Store> {
+    Arc::new(testing::fresh_store().await)
+}
+
+herma_store::store_conformance_tests!(fresh_store);
+
+#[tokio::test]
+async fn concurrent_migrations_apply_once() {
+    let url = testing::test_database_url();
+    let schema = testing::fresh_schema_name();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (url, schema) = (url.clone(), schema.clone());
+        tasks.push(tokio::spawn(async move {
+            let store = herma_store_postgres::PgStore::connect_in_schema(&url, &schema)
+                .await
+                .unwrap();
+            store.migrate().await.unwrap().len()
+        }));
+    }
+    let mut applied = Vec::new();
+    for t in tasks {
+        applied.push(t.await.unwrap());
+    }
+    applied.sort();
+    assert_eq!(
+        applied,
+        [0, 0, 0, 1],
+        "exactly one process applies the migration"
+    );
+}

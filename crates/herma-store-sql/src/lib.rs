@@ -1,0 +1,130 @@
+//! What the SQLite and PostgreSQL backends share: decoding rows into records (both store the same
+//! columns with the same meaning) and mapping errors. The SQL itself stays in each backend.
+
+use herma_core::key::{KeyDigest, KeyId, Scopes};
+use herma_core::model::{
+    EntityKind, HarnessKey, InjectionReceipt, OutcomeKind, RuleOutcomeRecord, WorkingEntity,
+};
+use herma_core::{CallerScope, Timestamp};
+use herma_store::{StoreError, StoreResult, StoredDoc};
+use serde_json::Value;
+use sqlx::Row;
+
+pub fn backend(err: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(err.to_string())
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(what.to_owned())
+}
+
+pub fn to_i64(n: u64) -> StoreResult<i64> {
+    i64::try_from(n).map_err(|_| corrupt("a counter exceeds the 64-bit signed range"))
+}
+
+fn to_u64(n: i64) -> StoreResult<u64> {
+    u64::try_from(n).map_err(|_| corrupt("a negative counter"))
+}
+
+pub fn to_json(value: &Value) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(backend)
+}
+
+/// The column reads the decoders need, implemented for both backends' rows.
+pub trait SqlRow {
+    fn text(&self, column: &str) -> StoreResult<String>;
+    fn opt_text(&self, column: &str) -> StoreResult<Option<String>>;
+    fn int(&self, column: &str) -> StoreResult<i64>;
+    fn opt_int(&self, column: &str) -> StoreResult<Option<i64>>;
+}
+
+macro_rules! sql_row {
+    ($row:ty) => {
+        impl SqlRow for $row {
+            fn text(&self, column: &str) -> StoreResult<String> {
+                self.try_get(column).map_err(backend)
+            }
+            fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
+                self.try_get(column).map_err(backend)
+            }
+            fn int(&self, column: &str) -> StoreResult<i64> {
+                self.try_get(column).map_err(backend)
+            }
+            fn opt_int(&self, column: &str) -> StoreResult<Option<i64>> {
+                self.try_get(column).map_err(backend)
+            }
+        }
+    };
+}
+
+sql_row!(sqlx::sqlite::SqliteRow);
+sql_row!(sqlx::postgres::PgRow);
+
+fn scope(row: &impl SqlRow) -> StoreResult<CallerScope> {
+    CallerScope::parse(&row.text("caller_scope")?).ok_or_else(|| corrupt("caller_scope"))
+}
+
+fn time(row: &impl SqlRow, column: &str) -> StoreResult<Timestamp> {
+    row.int(column).map(Timestamp::from_millis)
+}
+
+pub fn doc_from_row(row: &impl SqlRow) -> StoreResult<StoredDoc> {
+    Ok(StoredDoc {
+        caller_scope: scope(row)?,
+        id: row.text("id")?,
+        version: to_u64(row.int("version")?)?,
+        body: serde_json::from_str(&row.text("body")?)
+            .map_err(|e| corrupt(&format!("document body: {e}")))?,
+        created_at: time(row, "created_at")?,
+        updated_at: time(row, "updated_at")?,
+    })
+}
+
+pub fn key_from_row(row: &impl SqlRow) -> StoreResult<HarnessKey> {
+    Ok(HarnessKey {
+        key_id: KeyId::parse(&row.text("key_id")?).ok_or_else(|| corrupt("key_id"))?,
+        caller_scope: scope(row)?,
+        scopes: Scopes::parse_list(&row.text("scopes")?, "/scopes")
+            .map_err(|_| corrupt("scopes"))?,
+        harness: row.opt_text("harness")?,
+        label: row.text("label")?,
+        digest: KeyDigest::from_hex(&row.text("digest")?).ok_or_else(|| corrupt("digest"))?,
+        created_at: time(row, "created_at")?,
+        revoked_at: row.opt_int("revoked_at")?.map(Timestamp::from_millis),
+    })
+}
+
+pub fn receipt_from_row(row: &impl SqlRow) -> StoreResult<InjectionReceipt> {
+    serde_json::from_str(&row.text("body")?).map_err(|e| corrupt(&format!("receipt: {e}")))
+}
+
+pub fn entity_from_row(row: &impl SqlRow) -> StoreResult<WorkingEntity> {
+    Ok(WorkingEntity {
+        caller_scope: scope(row)?,
+        project_tag: row.text("project_tag")?,
+        kind: EntityKind::parse(&row.text("kind")?).ok_or_else(|| corrupt("entity kind"))?,
+        value: row.text("value")?,
+        count: to_u64(row.int("count")?)?,
+        first_seen: time(row, "first_seen")?,
+        last_seen: time(row, "last_seen")?,
+    })
+}
+
+pub fn outcome_from_row(row: &impl SqlRow) -> StoreResult<RuleOutcomeRecord> {
+    Ok(RuleOutcomeRecord {
+        caller_scope: scope(row)?,
+        conversation_id: row.text("conversation_id")?,
+        turn: to_u64(row.int("turn")?)?,
+        provision_id: row.text("provision_id")?,
+        provision_version: to_u64(row.int("provision_version")?)?,
+        outcome: OutcomeKind::parse(&row.text("outcome")?).ok_or_else(|| corrupt("outcome"))?,
+        error_signature: row.opt_text("error_signature")?,
+        receipt_id: row.opt_text("receipt_id")?,
+        recorded_at: time(row, "recorded_at")?,
+    })
+}
+
+/// Reads a version column as `u64`.
+pub fn version_of(row: &impl SqlRow) -> StoreResult<u64> {
+    to_u64(row.int("version")?)
+}

@@ -1,0 +1,555 @@
+//! SQLite implementation of Herma's stores: one embedded file in WAL mode, migrations embedded
+//! in the binary. The default store of `herma serve`.
+//!
+//! Every compare-and-set is one `UPDATE … WHERE version = ? RETURNING`; SQLite serializes writers
+//! and the busy timeout makes concurrent writers wait rather than fail.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use herma_core::key::KeyId;
+use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
+use herma_core::{CallerScope, Timestamp};
+use herma_store::{
+    AppliedMigration, Collection, DocumentStore, EntityObservation, EntityStore, ImportOutcome,
+    ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Store, StoreError, StoreResult,
+    StoredDoc,
+};
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Executor, Row, SqlitePool};
+
+use herma_store_sql::{
+    backend, doc_from_row, entity_from_row, key_from_row, outcome_from_row, receipt_from_row,
+    to_i64, to_json,
+};
+
+/// Embedded migrations, applied in order by [`SqliteStore::migrate`].
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file at `path`. Does not migrate.
+    pub async fn open(path: &str) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(backend)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Backend(format!("opening SQLite database `{path}`: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// Opens and migrates.
+    pub async fn open_migrated(path: &str) -> StoreResult<Self> {
+        let store = Self::open(path).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn current_version(
+        &self,
+        table: &str,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<u64>> {
+        let row = sqlx::query(&format!(
+            "SELECT version FROM {table} WHERE caller_scope = ? AND id = ?"
+        ))
+        .bind(scope.as_str())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        row.map(|r| r.try_get::<i64, _>(0).map_err(backend).map(|v| v as u64))
+            .transpose()
+    }
+}
+
+const DOC_COLUMNS: &str = "caller_scope, id, version, body, created_at, updated_at";
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest, created_at, revoked_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(key.key_id.as_str())
+        .bind(key.caller_scope.as_str())
+        .bind(key.scopes.to_list())
+        .bind(key.harness.as_deref())
+        .bind(&key.label)
+        .bind(key.digest.to_hex())
+        .bind(key.created_at.as_millis())
+        .bind(key.revoked_at.map(Timestamp::as_millis))
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>> {
+        let row = sqlx::query("SELECT * FROM harness_keys WHERE key_id = ?")
+            .bind(key_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        row.map(|r| key_from_row(&r)).transpose()
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>> {
+        let rows = sqlx::query("SELECT * FROM harness_keys ORDER BY created_at DESC, key_id ASC")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE harness_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+        )
+        .bind(at.as_millis())
+        .bind(key_id.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        if done.rows_affected() == 1 {
+            return Ok(true);
+        }
+        match self.find_key(key_id).await? {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NotFound),
+        }
+    }
+}
+
+#[async_trait]
+impl DocumentStore for SqliteStore {
+    async fn create_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        body: &Value,
+        now: Timestamp,
+    ) -> StoreResult<StoredDoc> {
+        let table = collection.table();
+        let row = sqlx::query(&format!(
+            "INSERT INTO {table} ({DOC_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?)
+             ON CONFLICT (caller_scope, id) DO NOTHING RETURNING {DOC_COLUMNS}"
+        ))
+        .bind(scope.as_str())
+        .bind(id)
+        .bind(to_json(body)?)
+        .bind(now.as_millis())
+        .bind(now.as_millis())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        match row {
+            Some(row) => doc_from_row(&row),
+            None => Err(StoreError::VersionConflict {
+                current: self.current_version(table, scope, id).await?,
+            }),
+        }
+    }
+
+    async fn get_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<StoredDoc>> {
+        let table = collection.table();
+        let row = sqlx::query(&format!(
+            "SELECT {DOC_COLUMNS} FROM {table} WHERE caller_scope = ? AND id = ?"
+        ))
+        .bind(scope.as_str())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        row.map(|r| doc_from_row(&r)).transpose()
+    }
+
+    async fn get_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        ids: &[String],
+    ) -> StoreResult<Vec<StoredDoc>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = collection.table();
+        let rows = sqlx::query(&format!(
+            "SELECT {DOC_COLUMNS} FROM {table}
+             WHERE caller_scope = ? AND id IN (SELECT value FROM json_each(?)) ORDER BY id"
+        ))
+        .bind(scope.as_str())
+        .bind(to_json(&serde_json::json!(ids))?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(doc_from_row).collect()
+    }
+
+    async fn list_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        page: &Page,
+    ) -> StoreResult<Vec<StoredDoc>> {
+        let table = collection.table();
+        let rows = sqlx::query(&format!(
+            "SELECT {DOC_COLUMNS} FROM {table}
+             WHERE caller_scope = ? AND (? IS NULL OR id > ?) ORDER BY id LIMIT ?"
+        ))
+        .bind(scope.as_str())
+        .bind(page.after.as_deref())
+        .bind(page.after.as_deref())
+        .bind(i64::from(page.limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(doc_from_row).collect()
+    }
+
+    async fn update_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        body: &Value,
+        expected_version: u64,
+        now: Timestamp,
+    ) -> StoreResult<StoredDoc> {
+        let table = collection.table();
+        let row = sqlx::query(&format!(
+            "UPDATE {table} SET body = ?, version = version + 1, updated_at = ?
+             WHERE caller_scope = ? AND id = ? AND version = ? RETURNING {DOC_COLUMNS}"
+        ))
+        .bind(to_json(body)?)
+        .bind(now.as_millis())
+        .bind(scope.as_str())
+        .bind(id)
+        .bind(to_i64(expected_version)?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        match row {
+            Some(row) => doc_from_row(&row),
+            None => match self.current_version(table, scope, id).await? {
+                Some(current) => Err(StoreError::VersionConflict {
+                    current: Some(current),
+                }),
+                None => Err(StoreError::NotFound),
+            },
+        }
+    }
+
+    async fn delete_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        expected_version: Option<u64>,
+    ) -> StoreResult<()> {
+        let table = collection.table();
+        let expected = expected_version.map(to_i64).transpose()?;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {table} WHERE caller_scope = ? AND id = ? AND (? IS NULL OR version = ?)"
+        ))
+        .bind(scope.as_str())
+        .bind(id)
+        .bind(expected)
+        .bind(expected)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        match self.current_version(table, scope, id).await? {
+            Some(current) => Err(StoreError::VersionConflict {
+                current: Some(current),
+            }),
+            None => Err(StoreError::NotFound),
+        }
+    }
+
+    async fn import_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        docs: &[(String, Value)],
+        now: Timestamp,
+    ) -> StoreResult<ImportSummary> {
+        let table = collection.table();
+        let sql = format!(
+            "INSERT INTO {table} AS t ({DOC_COLUMNS}) VALUES (?, ?, 1, ?, ?, ?)
+             ON CONFLICT (caller_scope, id) DO UPDATE
+               SET body = excluded.body, version = t.version + 1, updated_at = excluded.updated_at
+               WHERE t.body <> excluded.body
+             RETURNING version"
+        );
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let mut summary = ImportSummary::default();
+        for (id, body) in docs {
+            let row = sqlx::query(&sql)
+                .bind(scope.as_str())
+                .bind(id)
+                .bind(to_json(body)?)
+                .bind(now.as_millis())
+                .bind(now.as_millis())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+            summary.count(match row {
+                None => ImportOutcome::Unchanged,
+                Some(row) if row.try_get::<i64, _>(0).map_err(backend)? == 1 => {
+                    ImportOutcome::Created
+                }
+                Some(_) => ImportOutcome::Updated,
+            });
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(summary)
+    }
+}
+
+#[async_trait]
+impl ReceiptStore for SqliteStore {
+    async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        for receipt in receipts {
+            let body = serde_json::to_string(receipt).map_err(backend)?;
+            sqlx::query(
+                "INSERT INTO injection_receipts (caller_scope, id, sha256, body, created_at)
+                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (caller_scope, id) DO NOTHING",
+            )
+            .bind(receipt.body.caller_scope.as_str())
+            .bind(&receipt.id)
+            .bind(&receipt.sha256)
+            .bind(body)
+            .bind(receipt.body.created_at.as_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn get_receipt(
+        &self,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<InjectionReceipt>> {
+        let row =
+            sqlx::query("SELECT body FROM injection_receipts WHERE caller_scope = ? AND id = ?")
+                .bind(scope.as_str())
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+        row.map(|r| receipt_from_row(&r)).transpose()
+    }
+}
+
+#[async_trait]
+impl EntityStore for SqliteStore {
+    async fn record_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: &str,
+        observations: &[EntityObservation],
+        now: Timestamp,
+        max_per_scope: u64,
+    ) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        for obs in observations {
+            sqlx::query(
+                "INSERT INTO working_entities (caller_scope, project_tag, kind, value, count, first_seen, last_seen)
+                 VALUES (?, ?, ?, ?, 1, ?, ?)
+                 ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
+                   SET count = count + 1, last_seen = max(last_seen, excluded.last_seen)",
+            )
+            .bind(scope.as_str())
+            .bind(project_tag)
+            .bind(obs.kind.as_str())
+            .bind(&obs.value)
+            .bind(now.as_millis())
+            .bind(now.as_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        let total: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM working_entities WHERE caller_scope = ?")
+                .bind(scope.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+        let excess = (total as u64).saturating_sub(max_per_scope);
+        if excess > 0 {
+            sqlx::query(
+                "DELETE FROM working_entities WHERE rowid IN (
+                   SELECT rowid FROM working_entities WHERE caller_scope = ?
+                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC LIMIT ?)",
+            )
+            .bind(scope.as_str())
+            .bind(to_i64(excess)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(excess)
+    }
+
+    async fn list_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkingEntity>> {
+        let rows = sqlx::query(
+            "SELECT * FROM working_entities WHERE caller_scope = ? AND (? IS NULL OR project_tag = ?)
+             ORDER BY count DESC, last_seen DESC, project_tag ASC, kind ASC, value ASC LIMIT ?",
+        )
+        .bind(scope.as_str())
+        .bind(project_tag)
+        .bind(project_tag)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(entity_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl OutcomeStore for SqliteStore {
+    async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        for o in outcomes {
+            sqlx::query(
+                "INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id, provision_version,
+                   outcome, error_signature, receipt_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(o.caller_scope.as_str())
+            .bind(&o.conversation_id)
+            .bind(to_i64(o.turn)?)
+            .bind(&o.provision_id)
+            .bind(to_i64(o.provision_version)?)
+            .bind(o.outcome.as_str())
+            .bind(o.error_signature.as_deref())
+            .bind(o.receipt_id.as_deref())
+            .bind(o.recorded_at.as_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn list_outcomes(
+        &self,
+        scope: &CallerScope,
+        limit: u32,
+    ) -> StoreResult<Vec<RuleOutcomeRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM rule_outcomes WHERE caller_scope = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(scope.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(outcome_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>> {
+        let mut conn = self.pool.acquire().await.map_err(backend)?;
+        // IMMEDIATE takes the write lock up front, so two processes starting on one file
+        // cannot both apply the same migration.
+        (&mut *conn)
+            .execute("BEGIN IMMEDIATE")
+            .await
+            .map_err(backend)?;
+        let result = apply_pending(&mut conn).await;
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        (&mut *conn).execute(end).await.map_err(backend)?;
+        result
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+}
+
+async fn apply_pending(conn: &mut sqlx::SqliteConnection) -> StoreResult<Vec<AppliedMigration>> {
+    (&mut *conn)
+        .execute(
+            "CREATE TABLE IF NOT EXISTS herma_migrations (
+           version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+        )
+        .await
+        .map_err(backend)?;
+    let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM herma_migrations")
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(backend)?;
+    let mut applied = Vec::new();
+    for (version, name, sql) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        (&mut *conn).execute(*sql).await.map_err(|e| {
+            StoreError::Backend(format!("migration {version} ({name}) failed: {e}"))
+        })?;
+        sqlx::query("INSERT INTO herma_migrations (version, name, applied_at) VALUES (?, ?, strftime('%s','now') * 1000)")
+            .bind(version)
+            .bind(name)
+            .execute(&mut *conn)
+            .await
+            .map_err(backend)?;
+        applied.push(AppliedMigration {
+            version: *version,
+            name: (*name).to_owned(),
+        });
+    }
+    Ok(applied)
+}

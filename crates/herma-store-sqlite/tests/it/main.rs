@@ -1,0 +1,55 @@
+//! The store conformance suite against a real SQLite file (WAL).
+
+// Tests fail loudly: unwrap and expect are how they report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use herma_store::Store;
+use herma_store_sqlite::SqliteStore;
+
+async fn fresh_store() -> Arc<dyn Store> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("herma.db");
+    let store = SqliteStore::open_migrated(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("open");
+    // Keep the directory for the life of the test process; the OS cleans /tmp.
+    std::mem::forget(dir);
+    Arc::new(store)
+}
+
+herma_store::store_conformance_tests!(fresh_store);
+
+#[tokio::test]
+async fn reopening_a_database_keeps_its_rows_and_migrations() {
+    use herma_store::DocumentStoreExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.db");
+    let path = path.to_str().unwrap();
+    let scope = herma_store::conformance::fresh_scope();
+    {
+        let store = SqliteStore::open(path).await.unwrap();
+        let applied = store.migrate().await.unwrap();
+        assert_eq!(applied.len(), 1);
+        assert_eq!(applied[0].name, "initial");
+        let spec = herma_store::conformance::provision("p", "k");
+        store
+            .provisions()
+            .create(&scope, &spec, herma_core::Timestamp::from_millis(1))
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open_migrated(path).await.unwrap();
+    assert!(store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .provisions()
+            .get(&scope, "p")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        1
+    );
+}

@@ -1,0 +1,880 @@
+//! The store conformance suite: one behaviour, every backend.
+//!
+//! A backend's integration tests call [`store_conformance_tests!`](crate::store_conformance_tests)
+//! with an async factory returning a fresh, migrated store; each case below becomes a named test.
+
+// A test suite compiled into the library for the backends' test binaries: failing loudly is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use herma_core::key::{KeyDigest, KeyId, Scope, Scopes};
+use herma_core::model::{
+    Action, ContextEntrySpec, ContextKind, EntityKind, HarnessKey, InjectionReceipt, MatchedRule,
+    OutcomeKind, ProvisionSpec, ReceiptAction, ReceiptBody, RuleOutcomeRecord, Tier, Timings,
+    Triggers,
+};
+use herma_core::{CallerScope, Timestamp};
+use serde_json::{Value, json};
+
+use crate::{
+    Collection, DocumentStoreExt, EntityObservation, ImportSummary, Page, Store, StoreError,
+};
+
+/// Generates one test per conformance case for a backend.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($factory:path) => {
+        $crate::store_conformance_tests!(@cases $factory;
+            migrate_is_idempotent,
+            keys_are_inserted_found_listed_and_revoked,
+            documents_are_created_read_and_listed,
+            creating_an_existing_id_conflicts_with_its_version,
+            compare_and_set_updates_bump_the_version_and_refuse_stale_versions,
+            deletes_check_the_expected_version,
+            documents_are_partitioned_by_caller_scope,
+            listings_page_in_id_order,
+            get_many_returns_only_existing_ids,
+            imports_create_update_and_keep_unchanged_documents,
+            typed_records_round_trip,
+            receipts_are_idempotent_and_partitioned,
+            entities_are_counted_and_evicted_rarest_oldest_first,
+            outcomes_are_listed_newest_first_per_scope,
+            h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner,
+        );
+
+        #[test]
+        fn three_callers_never_observe_or_change_each_others_rows() {
+            $crate::conformance::run_isolation_property(|| Box::pin($factory()));
+        }
+    };
+    (@cases $factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = $factory().await;
+                $crate::conformance::$case(store).await;
+            }
+        )*
+    };
+}
+
+static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
+
+/// A caller scope no other case of this process uses.
+pub fn fresh_scope() -> CallerScope {
+    let n = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 40);
+    let id = KeyId::parse(&format!("{n:016x}")).expect("16 hex digits");
+    CallerScope::for_key(&id)
+}
+
+fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(1_790_000_000_000 + ms)
+}
+
+pub fn provision(id: &str, keyword: &str) -> ProvisionSpec {
+    ProvisionSpec {
+        id: id.to_owned(),
+        description: String::new(),
+        action: Action::ShimContext,
+        priority: 0,
+        trigger_mode: Default::default(),
+        triggers: Triggers {
+            keywords: vec![keyword.to_owned()],
+            ..Triggers::default()
+        },
+        context_refs: vec!["ctx".to_owned()],
+        response: None,
+        once_per_conversation: false,
+        enabled: true,
+    }
+}
+
+pub fn context_entry(id: &str, body: &str) -> ContextEntrySpec {
+    ContextEntrySpec {
+        id: id.to_owned(),
+        kind: ContextKind::Noun,
+        title: String::new(),
+        schema_or_body: Value::String(body.to_owned()),
+        uri: None,
+        tags: vec![],
+    }
+}
+
+fn key(scopes: &[Scope], created: i64) -> HarnessKey {
+    let scope = fresh_scope();
+    let key_id = KeyId::parse(scope.as_str().trim_start_matches("key:")).expect("key id");
+    HarnessKey {
+        key_id,
+        caller_scope: scope,
+        scopes: Scopes::new(scopes.iter().copied()),
+        harness: Some("claude-code".into()),
+        label: "test".into(),
+        digest: KeyDigest::of(&format!("secret-{created}")),
+        created_at: at(created),
+        revoked_at: None,
+    }
+}
+
+pub async fn migrate_is_idempotent(store: Arc<dyn Store>) {
+    assert!(
+        store.migrate().await.unwrap().is_empty(),
+        "a fresh store is already migrated"
+    );
+    store.ping().await.unwrap();
+}
+
+pub async fn keys_are_inserted_found_listed_and_revoked(store: Arc<dyn Store>) {
+    let a = key(&[Scope::Route], 1);
+    let b = key(&[Scope::Route, Scope::Configure, Scope::Admin], 2);
+    store.insert_key(&a).await.unwrap();
+    store.insert_key(&b).await.unwrap();
+    assert!(store.insert_key(&a).await.is_err(), "key ids are unique");
+
+    let found = store.find_key(&b.key_id).await.unwrap().unwrap();
+    assert_eq!(found, b);
+    assert!(found.digest.matches(&b.digest));
+    assert!(
+        store
+            .find_key(&KeyId::parse("ffffffffffffffff").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let listed = store.list_keys().await.unwrap();
+    let ids: Vec<_> = listed.iter().map(|k| k.key_id.clone()).collect();
+    let pos_a = ids.iter().position(|i| *i == a.key_id).unwrap();
+    let pos_b = ids.iter().position(|i| *i == b.key_id).unwrap();
+    assert!(pos_b < pos_a, "newest first");
+
+    assert!(store.revoke_key(&a.key_id, at(10)).await.unwrap());
+    assert!(
+        !store.revoke_key(&a.key_id, at(11)).await.unwrap(),
+        "second revoke is a no-op"
+    );
+    assert_eq!(
+        store.find_key(&a.key_id).await.unwrap().unwrap().revoked_at,
+        Some(at(10))
+    );
+    assert_eq!(
+        store
+            .revoke_key(&KeyId::parse("eeeeeeeeeeeeeeee").unwrap(), at(1))
+            .await,
+        Err(StoreError::NotFound)
+    );
+}
+
+pub async fn documents_are_created_read_and_listed(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    for collection in Collection::ALL {
+        let body = json!({"id": "a", "n": 1, "nested": {"z": [1, 2], "a": "ü"}});
+        let doc = store
+            .create_doc(collection, &scope, "a", &body, at(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            (doc.version, doc.created_at, doc.updated_at),
+            (1, at(1), at(1))
+        );
+        let read = store
+            .get_doc(collection, &scope, "a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, doc);
+        assert_eq!(read.body, body);
+        assert_eq!(
+            serde_json::to_string(&read.body).unwrap(),
+            serde_json::to_string(&body).unwrap(),
+            "key order kept"
+        );
+        assert!(
+            store
+                .get_doc(collection, &scope, "b")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            store
+                .list_docs(collection, &scope, &Page::all())
+                .await
+                .unwrap(),
+            vec![doc]
+        );
+    }
+}
+
+pub async fn creating_an_existing_id_conflicts_with_its_version(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let c = Collection::Provisions;
+    store
+        .create_doc(c, &scope, "a", &json!({"v": 1}), at(1))
+        .await
+        .unwrap();
+    store
+        .update_doc(c, &scope, "a", &json!({"v": 2}), 1, at(2))
+        .await
+        .unwrap();
+    let err = store
+        .create_doc(c, &scope, "a", &json!({"v": 3}), at(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::VersionConflict { current: Some(2) });
+    assert_eq!(
+        store.get_doc(c, &scope, "a").await.unwrap().unwrap().body,
+        json!({"v": 2})
+    );
+}
+
+pub async fn compare_and_set_updates_bump_the_version_and_refuse_stale_versions(
+    store: Arc<dyn Store>,
+) {
+    let scope = fresh_scope();
+    for c in Collection::ALL {
+        store
+            .create_doc(c, &scope, "a", &json!({"v": 1}), at(1))
+            .await
+            .unwrap();
+        let v2 = store
+            .update_doc(c, &scope, "a", &json!({"v": 2}), 1, at(2))
+            .await
+            .unwrap();
+        assert_eq!(
+            (v2.version, v2.created_at, v2.updated_at),
+            (2, at(1), at(2))
+        );
+        assert_eq!(v2.body, json!({"v": 2}));
+
+        let stale = store
+            .update_doc(c, &scope, "a", &json!({"v": "lost"}), 1, at(3))
+            .await;
+        assert_eq!(stale, Err(StoreError::VersionConflict { current: Some(2) }));
+        let ahead = store
+            .update_doc(c, &scope, "a", &json!({"v": "lost"}), 7, at(3))
+            .await;
+        assert_eq!(ahead, Err(StoreError::VersionConflict { current: Some(2) }));
+        let now = store.get_doc(c, &scope, "a").await.unwrap().unwrap();
+        assert_eq!(
+            (now.version, now.body.clone(), now.updated_at),
+            (2, json!({"v": 2}), at(2)),
+            "nothing written"
+        );
+
+        let missing = store
+            .update_doc(c, &scope, "nope", &json!({}), 1, at(3))
+            .await;
+        assert_eq!(missing, Err(StoreError::NotFound));
+    }
+}
+
+pub async fn deletes_check_the_expected_version(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let c = Collection::ContextEntries;
+    store
+        .create_doc(c, &scope, "a", &json!({}), at(1))
+        .await
+        .unwrap();
+    store
+        .create_doc(c, &scope, "b", &json!({}), at(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.delete_doc(c, &scope, "a", Some(2)).await,
+        Err(StoreError::VersionConflict { current: Some(1) })
+    );
+    assert!(store.get_doc(c, &scope, "a").await.unwrap().is_some());
+    store.delete_doc(c, &scope, "a", Some(1)).await.unwrap();
+    store.delete_doc(c, &scope, "b", None).await.unwrap();
+    assert!(store.get_doc(c, &scope, "a").await.unwrap().is_none());
+    assert_eq!(
+        store.delete_doc(c, &scope, "a", None).await,
+        Err(StoreError::NotFound)
+    );
+    // A deleted id can be created again, from version 1.
+    assert_eq!(
+        store
+            .create_doc(c, &scope, "a", &json!({}), at(2))
+            .await
+            .unwrap()
+            .version,
+        1
+    );
+}
+
+pub async fn documents_are_partitioned_by_caller_scope(store: Arc<dyn Store>) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    for c in Collection::ALL {
+        store
+            .create_doc(c, &a, "shared", &json!({"owner": "a"}), at(1))
+            .await
+            .unwrap();
+        store
+            .create_doc(c, &b, "shared", &json!({"owner": "b"}), at(1))
+            .await
+            .unwrap();
+        store
+            .update_doc(c, &b, "shared", &json!({"owner": "b2"}), 1, at(2))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_doc(c, &a, "shared").await.unwrap().unwrap().body,
+            json!({"owner": "a"})
+        );
+        store.delete_doc(c, &b, "shared", None).await.unwrap();
+        assert_eq!(
+            store
+                .get_doc(c, &a, "shared")
+                .await
+                .unwrap()
+                .unwrap()
+                .version,
+            1
+        );
+        store
+            .create_doc(c, &b, "only-b", &json!({}), at(3))
+            .await
+            .unwrap();
+        assert!(store.get_doc(c, &a, "only-b").await.unwrap().is_none());
+        assert_eq!(
+            store
+                .update_doc(c, &a, "only-b", &json!({}), 1, at(4))
+                .await,
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(
+            store.delete_doc(c, &a, "only-b", None).await,
+            Err(StoreError::NotFound)
+        );
+        let listed: Vec<_> = store.list_docs(c, &a, &Page::all()).await.unwrap();
+        assert!(listed.iter().all(|d| d.caller_scope == a));
+        assert_eq!(listed.len(), 1);
+    }
+    // Collections are separate too.
+    assert!(
+        store
+            .get_doc(Collection::Provisions, &b, "only-b")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+pub async fn listings_page_in_id_order(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let c = Collection::Provisions;
+    for id in ["m", "b", "z", "a", "c"] {
+        store
+            .create_doc(c, &scope, id, &json!({}), at(1))
+            .await
+            .unwrap();
+    }
+    let first = store.list_docs(c, &scope, &Page::first(2)).await.unwrap();
+    assert_eq!(
+        first.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let rest = store
+        .list_docs(
+            c,
+            &scope,
+            &Page {
+                after: Some("b".into()),
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["c", "m", "z"]
+    );
+    let all = store.provisions().list_all(&scope).await;
+    assert!(
+        matches!(all, Err(StoreError::Corrupt(_))),
+        "bodies that are not provisions are reported, not hidden"
+    );
+}
+
+pub async fn get_many_returns_only_existing_ids(store: Arc<dyn Store>) {
+    let (scope, other) = (fresh_scope(), fresh_scope());
+    let c = Collection::ContextEntries;
+    for id in ["x", "y"] {
+        store
+            .create_doc(c, &scope, id, &json!({"id": id}), at(1))
+            .await
+            .unwrap();
+    }
+    store
+        .create_doc(c, &other, "z", &json!({}), at(1))
+        .await
+        .unwrap();
+    let ids: Vec<String> = ["y", "missing", "x", "z", "y"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let got = store.get_docs(c, &scope, &ids).await.unwrap();
+    assert_eq!(
+        got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["x", "y"]
+    );
+    assert!(store.get_docs(c, &scope, &[]).await.unwrap().is_empty());
+}
+
+pub async fn imports_create_update_and_keep_unchanged_documents(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let provisions = store.provisions();
+    provisions
+        .create(&scope, &provision("keep", "k"), at(1))
+        .await
+        .unwrap();
+    provisions
+        .create(&scope, &provision("change", "old"), at(1))
+        .await
+        .unwrap();
+    let summary = provisions
+        .import(
+            &scope,
+            &[
+                provision("keep", "k"),
+                provision("change", "new"),
+                provision("fresh", "f"),
+            ],
+            at(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        summary,
+        ImportSummary {
+            created: 1,
+            updated: 1,
+            unchanged: 1
+        }
+    );
+    let all = provisions.list_all(&scope).await.unwrap();
+    let versions: Vec<_> = all
+        .iter()
+        .map(|p| (p.spec.id.as_str(), p.version))
+        .collect();
+    assert_eq!(versions, [("change", 2), ("fresh", 1), ("keep", 1)]);
+    assert_eq!(all[0].spec.triggers.keywords, ["new"]);
+    assert_eq!(all[0].updated_at, at(5));
+    assert_eq!(
+        all[2].updated_at,
+        at(1),
+        "unchanged documents keep their time"
+    );
+}
+
+pub async fn typed_records_round_trip(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let mut spec = provision("p1", "deploy");
+    spec.description = "Deploy help".into();
+    spec.priority = -3;
+    let created = store
+        .provisions()
+        .create(&scope, &spec, at(1))
+        .await
+        .unwrap();
+    assert_eq!(created.spec, spec);
+    assert_eq!(created.caller_scope, scope);
+    let entry = ContextEntrySpec {
+        tags: vec!["ops".into()],
+        uri: Some("https://example.com/x".into()),
+        schema_or_body: json!({"work_contract": {"operation_id": "op"}}),
+        ..context_entry("e1", "")
+    };
+    store
+        .context_entries()
+        .create(&scope, &entry, at(1))
+        .await
+        .unwrap();
+    let got = store
+        .context_entries()
+        .get(&scope, "e1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.spec, entry);
+    let many = store
+        .context_entries()
+        .get_many(&scope, &["e1".into()])
+        .await
+        .unwrap();
+    assert_eq!(many.len(), 1);
+}
+
+fn receipt(scope: &CallerScope, id: &str, created: i64) -> InjectionReceipt {
+    ReceiptBody {
+        caller_scope: scope.clone(),
+        protocol: "messages".into(),
+        conversation_id: "conv".into(),
+        model: "m".into(),
+        action: ReceiptAction::Shimmed,
+        matched: vec![MatchedRule {
+            provision_id: "p".into(),
+            version: 1,
+            builtin: false,
+            tier: Tier::Keyword,
+            trigger: "keyword:x".into(),
+        }],
+        shimmed_context_refs: vec![],
+        upstream_status: Some(200),
+        usage: Some(json!({"input_tokens": 3})),
+        timings: Timings {
+            decision_micros: 12,
+            upstream_headers_micros: Some(40),
+            total_micros: None,
+        },
+        created_at: at(created),
+    }
+    .seal(id.to_owned())
+}
+
+pub async fn receipts_are_idempotent_and_partitioned(store: Arc<dyn Store>) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let r1 = receipt(&a, "rcpt_1", 1);
+    let r2 = receipt(&a, "rcpt_2", 2);
+    store
+        .insert_receipts(&[r1.clone(), r2.clone()])
+        .await
+        .unwrap();
+    store
+        .insert_receipts(std::slice::from_ref(&r1))
+        .await
+        .unwrap();
+    store.insert_receipts(&[]).await.unwrap();
+    let got = store.get_receipt(&a, "rcpt_1").await.unwrap().unwrap();
+    assert_eq!(got, r1);
+    assert!(got.verifies());
+    assert!(
+        store.get_receipt(&b, "rcpt_1").await.unwrap().is_none(),
+        "another caller cannot read it"
+    );
+}
+
+pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn Store>) {
+    let (scope, other) = (fresh_scope(), fresh_scope());
+    let obs = |kind, value: &str| EntityObservation {
+        kind,
+        value: value.to_owned(),
+    };
+    let evicted = store
+        .record_entities(
+            &scope,
+            "proj",
+            &[
+                obs(EntityKind::FilePath, "src/a.rs"),
+                obs(EntityKind::CodeSymbol, "Foo"),
+            ],
+            at(1),
+            3,
+        )
+        .await
+        .unwrap();
+    assert_eq!(evicted, 0);
+    store
+        .record_entities(
+            &scope,
+            "proj",
+            &[
+                obs(EntityKind::FilePath, "src/a.rs"),
+                obs(EntityKind::ErrorSignature, "E0308"),
+            ],
+            at(2),
+            3,
+        )
+        .await
+        .unwrap();
+    store
+        .record_entities(&other, "proj", &[obs(EntityKind::FilePath, "x")], at(2), 3)
+        .await
+        .unwrap();
+    let listed = store.list_entities(&scope, None, 10).await.unwrap();
+    let summary: Vec<_> = listed.iter().map(|e| (e.value.as_str(), e.count)).collect();
+    assert_eq!(summary, [("src/a.rs", 2), ("E0308", 1), ("Foo", 1)]);
+    assert_eq!((listed[0].first_seen, listed[0].last_seen), (at(1), at(2)));
+
+    // A fourth entity pushes out the rarest, oldest one: `Foo` (count 1, last seen at 1).
+    let evicted = store
+        .record_entities(
+            &scope,
+            "other-proj",
+            &[obs(EntityKind::TesseraUri, "tessera://nouns/x")],
+            at(3),
+            3,
+        )
+        .await
+        .unwrap();
+    assert_eq!(evicted, 1);
+    let values: Vec<_> = store
+        .list_entities(&scope, None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.value)
+        .collect();
+    assert_eq!(values, ["src/a.rs", "tessera://nouns/x", "E0308"]);
+    let project: Vec<_> = store
+        .list_entities(&scope, Some("other-proj"), 10)
+        .await
+        .unwrap();
+    assert_eq!(project.len(), 1);
+    assert_eq!(
+        store.list_entities(&other, None, 10).await.unwrap().len(),
+        1,
+        "other callers untouched"
+    );
+    assert_eq!(store.list_entities(&scope, None, 1).await.unwrap().len(), 1);
+}
+
+pub async fn outcomes_are_listed_newest_first_per_scope(store: Arc<dyn Store>) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let outcome = |scope: &CallerScope, turn, kind| RuleOutcomeRecord {
+        caller_scope: scope.clone(),
+        conversation_id: "c".into(),
+        turn,
+        provision_id: "p".into(),
+        provision_version: 1,
+        outcome: kind,
+        error_signature: (kind == OutcomeKind::RetryError).then(|| "E0308".to_owned()),
+        receipt_id: Some(format!("rcpt_{turn}")),
+        recorded_at: at(turn as i64),
+    };
+    store
+        .insert_outcomes(&[
+            outcome(&a, 1, OutcomeKind::Injected),
+            outcome(&b, 1, OutcomeKind::Injected),
+        ])
+        .await
+        .unwrap();
+    store
+        .insert_outcomes(&[outcome(&a, 2, OutcomeKind::RetryError)])
+        .await
+        .unwrap();
+    let listed = store.list_outcomes(&a, 10).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![
+            outcome(&a, 2, OutcomeKind::RetryError),
+            outcome(&a, 1, OutcomeKind::Injected)
+        ]
+    );
+    assert_eq!(store.list_outcomes(&b, 10).await.unwrap().len(), 1);
+    assert_eq!(store.list_outcomes(&a, 1).await.unwrap().len(), 1);
+}
+
+pub async fn h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner(
+    store: Arc<dyn Store>,
+) {
+    let scope = fresh_scope();
+    store
+        .provisions()
+        .create(&scope, &provision("hot", "v0"), at(1))
+        .await
+        .unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(64));
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let (store, scope, barrier) = (store.clone(), scope.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .provisions()
+                .update(&scope, &provision("hot", &format!("v{i}")), 1, at(2))
+                .await
+        }));
+    }
+    let mut winners = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        match task.await.unwrap() {
+            Ok(p) => winners.push((i, p)),
+            Err(StoreError::VersionConflict { current: Some(2) }) => {}
+            Err(other) => panic!("update {i} failed unexpectedly: {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one compare-and-set wins");
+    let (i, won) = &winners[0];
+    assert_eq!(won.version, 2);
+    let stored = store
+        .provisions()
+        .get(&scope, "hot")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(
+        stored.spec.triggers.keywords,
+        [format!("v{i}")],
+        "the winner's write is the one stored"
+    );
+}
+
+/// One operation of the isolation property.
+#[derive(Clone, Debug)]
+enum Op {
+    Create {
+        caller: usize,
+        id: u8,
+        tag: u8,
+    },
+    Update {
+        caller: usize,
+        id: u8,
+        tag: u8,
+        expected: u64,
+    },
+    Delete {
+        caller: usize,
+        id: u8,
+    },
+}
+
+fn op_strategy() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0..3usize, 0..4u8, any::<u8>()).prop_map(|(caller, id, tag)| Op::Create {
+            caller,
+            id,
+            tag
+        }),
+        (0..3usize, 0..4u8, any::<u8>(), 0..4u64).prop_map(|(caller, id, tag, expected)| {
+            Op::Update {
+                caller,
+                id,
+                tag,
+                expected,
+            }
+        }),
+        (0..3usize, 0..4u8).prop_map(|(caller, id)| Op::Delete { caller, id }),
+    ]
+}
+
+type Factory = dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Store>>>>;
+
+/// Random operations by three callers against a model: each caller observes exactly its own
+/// writes, never another caller's, in both collections.
+pub fn run_isolation_property(
+    factory: impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Store>>>> + 'static,
+) {
+    use proptest::test_runner::{Config, TestRunner};
+    use std::collections::BTreeMap;
+
+    let factory: Box<Factory> = Box::new(factory);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = rt.block_on(factory());
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = proptest::collection::vec(op_strategy(), 1..40);
+    let result = runner.run(&strategy, |ops| {
+        rt.block_on(async {
+            let callers = [fresh_scope(), fresh_scope(), fresh_scope()];
+            let collection = if ops.len() % 2 == 0 {
+                Collection::Provisions
+            } else {
+                Collection::ContextEntries
+            };
+            // The model: per caller, id → (version, tag).
+            let mut model: [BTreeMap<String, (u64, u8)>; 3] = Default::default();
+            for op in &ops {
+                match *op {
+                    Op::Create { caller, id, tag } => {
+                        let id = format!("doc-{id}");
+                        let got = store
+                            .create_doc(
+                                collection,
+                                &callers[caller],
+                                &id,
+                                &json!({"tag": tag}),
+                                at(1),
+                            )
+                            .await;
+                        match model[caller].get(&id) {
+                            Some((v, _)) => assert_eq!(
+                                got,
+                                Err(StoreError::VersionConflict { current: Some(*v) })
+                            ),
+                            None => {
+                                assert_eq!(got.map(|d| d.version), Ok(1));
+                                model[caller].insert(id, (1, tag));
+                            }
+                        }
+                    }
+                    Op::Update {
+                        caller,
+                        id,
+                        tag,
+                        expected,
+                    } => {
+                        let id = format!("doc-{id}");
+                        let got = store
+                            .update_doc(
+                                collection,
+                                &callers[caller],
+                                &id,
+                                &json!({"tag": tag}),
+                                expected,
+                                at(2),
+                            )
+                            .await;
+                        match model[caller].get(&id).copied() {
+                            None => assert_eq!(got, Err(StoreError::NotFound)),
+                            Some((v, _)) if v != expected => {
+                                assert_eq!(
+                                    got,
+                                    Err(StoreError::VersionConflict { current: Some(v) })
+                                )
+                            }
+                            Some((v, _)) => {
+                                assert_eq!(got.map(|d| d.version), Ok(v + 1));
+                                model[caller].insert(id, (v + 1, tag));
+                            }
+                        }
+                    }
+                    Op::Delete { caller, id } => {
+                        let id = format!("doc-{id}");
+                        let got = store
+                            .delete_doc(collection, &callers[caller], &id, None)
+                            .await;
+                        match model[caller].remove(&id) {
+                            None => assert_eq!(got, Err(StoreError::NotFound)),
+                            Some(_) => assert_eq!(got, Ok(())),
+                        }
+                    }
+                }
+                for (caller, scope) in callers.iter().enumerate() {
+                    let seen = store
+                        .list_docs(collection, scope, &Page::all())
+                        .await
+                        .unwrap();
+                    let seen: BTreeMap<String, (u64, u8)> = seen
+                        .into_iter()
+                        .map(|d| {
+                            assert_eq!(&d.caller_scope, scope);
+                            let tag = d.body["tag"].as_u64().unwrap() as u8;
+                            (d.id, (d.version, tag))
+                        })
+                        .collect();
+                    assert_eq!(
+                        seen, model[caller],
+                        "caller {caller} sees exactly its own rows"
+                    );
+                }
+            }
+        });
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("isolation property failed: {failure}");
+    }
+}

@@ -1,0 +1,117 @@
+//! Herma's storage ports.
+//!
+//! Layout: the traits ([`KeyStore`], [`DocumentStore`] — provisions and context entries share
+//! one versioned-document contract — [`ReceiptStore`], [`EntityStore`], [`OutcomeStore`], and
+//! [`Store`] which is all of them), typed facades over documents ([`Provisions`],
+//! [`ContextEntries`]), the in-memory implementation ([`MemoryStore`]) and, behind the
+//! `conformance` feature, the one suite every backend must pass.
+//!
+//! Architecture invariant: every caller-owned read and write names a [`CallerScope`]; there is
+//! no method that reads across scopes except the admin's key listing.
+//! Architecture invariant: compare-and-set writes are single statements in SQL backends; a stale
+//! `expected_version` returns [`StoreError::VersionConflict`] and writes nothing.
+
+mod documents;
+mod error;
+mod memory;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use async_trait::async_trait;
+use herma_core::CallerScope;
+use herma_core::Timestamp;
+use herma_core::key::KeyId;
+use herma_core::model::{
+    EntityKind, HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity,
+};
+
+pub use documents::{
+    Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
+    ImportSummary, Page, Provisions, StoredDoc, Typed,
+};
+pub use error::{StoreError, StoreResult};
+pub use memory::MemoryStore;
+
+/// Harness keys. Keys are not caller-owned data: only admins list and revoke them.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// Inserts a new key; an existing `key_id` is a [`StoreError::Backend`] collision.
+    async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()>;
+    async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>>;
+    /// Every key, newest first.
+    async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>>;
+    /// Marks a key revoked. `Ok(false)` when it already was; `NotFound` when it does not exist.
+    async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool>;
+}
+
+/// Sealed injection receipts.
+#[async_trait]
+pub trait ReceiptStore: Send + Sync {
+    /// Inserts a batch atomically. Re-inserting an identical receipt is a no-op.
+    async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()>;
+    async fn get_receipt(
+        &self,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<InjectionReceipt>>;
+}
+
+/// One observation of an entity in a proxied turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntityObservation {
+    pub kind: EntityKind,
+    pub value: String,
+}
+
+/// Working entities, bounded per caller scope.
+#[async_trait]
+pub trait EntityStore: Send + Sync {
+    /// Counts each observation (first/last seen at `now`), then evicts the rarest, oldest
+    /// entities of the scope beyond `max_per_scope`. Returns how many were evicted.
+    async fn record_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: &str,
+        observations: &[EntityObservation],
+        now: Timestamp,
+        max_per_scope: u64,
+    ) -> StoreResult<u64>;
+    /// Entities of the scope (optionally one project), most frequent first, then most recent.
+    async fn list_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkingEntity>>;
+}
+
+/// Rule outcomes, appended in order.
+#[async_trait]
+pub trait OutcomeStore: Send + Sync {
+    async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()>;
+    /// The scope's outcomes, most recent first.
+    async fn list_outcomes(
+        &self,
+        scope: &CallerScope,
+        limit: u32,
+    ) -> StoreResult<Vec<RuleOutcomeRecord>>;
+}
+
+/// A migration applied by [`Store::migrate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppliedMigration {
+    pub version: i64,
+    pub name: String,
+}
+
+/// Everything Herma stores.
+#[async_trait]
+pub trait Store: KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore {
+    /// `memory`, `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// Applies pending embedded migrations, returning those it applied (empty when current).
+    async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>>;
+    /// A cheap round trip proving the store answers.
+    async fn ping(&self) -> StoreResult<()>;
+}

@@ -1,0 +1,418 @@
+//! The in-memory store: the reference behaviour of the conformance suite, and the store of
+//! unit tests that need no database.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use herma_core::key::KeyId;
+use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
+use herma_core::{CallerScope, Timestamp};
+use serde_json::Value;
+
+use crate::documents::{Collection, DocumentStore, ImportOutcome, ImportSummary, Page, StoredDoc};
+use crate::{
+    AppliedMigration, EntityObservation, EntityStore, KeyStore, OutcomeStore, ReceiptStore, Store,
+    StoreError, StoreResult,
+};
+
+type EntityKey = (CallerScope, String, &'static str, String);
+
+#[derive(Default)]
+struct Inner {
+    keys: BTreeMap<KeyId, HarnessKey>,
+    docs: HashMap<(Collection, CallerScope), BTreeMap<String, StoredDoc>>,
+    receipts: HashMap<(CallerScope, String), InjectionReceipt>,
+    entities: BTreeMap<EntityKey, WorkingEntity>,
+    outcomes: Vec<RuleOutcomeRecord>,
+}
+
+/// Everything in one mutex; never held across an await.
+#[derive(Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))
+    }
+}
+
+fn conflict(current: Option<&StoredDoc>) -> StoreError {
+    StoreError::VersionConflict {
+        current: current.map(|d| d.version),
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        if inner.keys.contains_key(&key.key_id) {
+            return Err(StoreError::Backend(format!(
+                "key id {} already exists",
+                key.key_id
+            )));
+        }
+        inner.keys.insert(key.key_id.clone(), key.clone());
+        Ok(())
+    }
+
+    async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>> {
+        Ok(self.lock()?.keys.get(key_id).cloned())
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>> {
+        let mut keys: Vec<_> = self.lock()?.keys.values().cloned().collect();
+        keys.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(a.key_id.cmp(&b.key_id))
+        });
+        Ok(keys)
+    }
+
+    async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool> {
+        let mut inner = self.lock()?;
+        let key = inner.keys.get_mut(key_id).ok_or(StoreError::NotFound)?;
+        if key.revoked_at.is_some() {
+            return Ok(false);
+        }
+        key.revoked_at = Some(at);
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl DocumentStore for MemoryStore {
+    async fn create_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        body: &Value,
+        now: Timestamp,
+    ) -> StoreResult<StoredDoc> {
+        let mut inner = self.lock()?;
+        let docs = inner.docs.entry((collection, scope.clone())).or_default();
+        if let Some(existing) = docs.get(id) {
+            return Err(conflict(Some(existing)));
+        }
+        let doc = StoredDoc {
+            caller_scope: scope.clone(),
+            id: id.to_owned(),
+            version: 1,
+            body: body.clone(),
+            created_at: now,
+            updated_at: now,
+        };
+        docs.insert(id.to_owned(), doc.clone());
+        Ok(doc)
+    }
+
+    async fn get_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<StoredDoc>> {
+        let inner = self.lock()?;
+        Ok(inner
+            .docs
+            .get(&(collection, scope.clone()))
+            .and_then(|docs| docs.get(id))
+            .cloned())
+    }
+
+    async fn get_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        ids: &[String],
+    ) -> StoreResult<Vec<StoredDoc>> {
+        let inner = self.lock()?;
+        let Some(docs) = inner.docs.get(&(collection, scope.clone())) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<StoredDoc> = ids.iter().filter_map(|id| docs.get(id).cloned()).collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.dedup_by(|a, b| a.id == b.id);
+        Ok(out)
+    }
+
+    async fn list_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        page: &Page,
+    ) -> StoreResult<Vec<StoredDoc>> {
+        let inner = self.lock()?;
+        let Some(docs) = inner.docs.get(&(collection, scope.clone())) else {
+            return Ok(Vec::new());
+        };
+        Ok(docs
+            .values()
+            .filter(|d| {
+                page.after
+                    .as_deref()
+                    .is_none_or(|after| d.id.as_str() > after)
+            })
+            .take(page.limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn update_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        body: &Value,
+        expected_version: u64,
+        now: Timestamp,
+    ) -> StoreResult<StoredDoc> {
+        let mut inner = self.lock()?;
+        let doc = inner
+            .docs
+            .get_mut(&(collection, scope.clone()))
+            .and_then(|docs| docs.get_mut(id))
+            .ok_or(StoreError::NotFound)?;
+        if doc.version != expected_version {
+            return Err(conflict(Some(doc)));
+        }
+        doc.version += 1;
+        doc.body = body.clone();
+        doc.updated_at = now;
+        Ok(doc.clone())
+    }
+
+    async fn delete_doc(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        id: &str,
+        expected_version: Option<u64>,
+    ) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        let docs = inner
+            .docs
+            .get_mut(&(collection, scope.clone()))
+            .ok_or(StoreError::NotFound)?;
+        let doc = docs.get(id).ok_or(StoreError::NotFound)?;
+        if expected_version.is_some_and(|v| v != doc.version) {
+            return Err(conflict(Some(doc)));
+        }
+        docs.remove(id);
+        Ok(())
+    }
+
+    async fn import_docs(
+        &self,
+        collection: Collection,
+        scope: &CallerScope,
+        incoming: &[(String, Value)],
+        now: Timestamp,
+    ) -> StoreResult<ImportSummary> {
+        let mut inner = self.lock()?;
+        let docs = inner.docs.entry((collection, scope.clone())).or_default();
+        let mut summary = ImportSummary::default();
+        for (id, body) in incoming {
+            let outcome = match docs.get_mut(id) {
+                None => {
+                    docs.insert(
+                        id.clone(),
+                        StoredDoc {
+                            caller_scope: scope.clone(),
+                            id: id.clone(),
+                            version: 1,
+                            body: body.clone(),
+                            created_at: now,
+                            updated_at: now,
+                        },
+                    );
+                    ImportOutcome::Created
+                }
+                Some(doc) if doc.body == *body => ImportOutcome::Unchanged,
+                Some(doc) => {
+                    doc.version += 1;
+                    doc.body = body.clone();
+                    doc.updated_at = now;
+                    ImportOutcome::Updated
+                }
+            };
+            summary.count(outcome);
+        }
+        Ok(summary)
+    }
+}
+
+#[async_trait]
+impl ReceiptStore for MemoryStore {
+    async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        for receipt in receipts {
+            inner
+                .receipts
+                .entry((receipt.body.caller_scope.clone(), receipt.id.clone()))
+                .or_insert_with(|| receipt.clone());
+        }
+        Ok(())
+    }
+
+    async fn get_receipt(
+        &self,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<InjectionReceipt>> {
+        Ok(self
+            .lock()?
+            .receipts
+            .get(&(scope.clone(), id.to_owned()))
+            .cloned())
+    }
+}
+
+/// Eviction order shared by every backend: rarest, then least recently seen, then by key.
+fn eviction_order(a: &WorkingEntity, b: &WorkingEntity) -> std::cmp::Ordering {
+    a.count
+        .cmp(&b.count)
+        .then(a.last_seen.cmp(&b.last_seen))
+        .then(a.project_tag.cmp(&b.project_tag))
+        .then(a.kind.as_str().cmp(b.kind.as_str()))
+        .then(a.value.cmp(&b.value))
+}
+
+#[async_trait]
+impl EntityStore for MemoryStore {
+    async fn record_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: &str,
+        observations: &[EntityObservation],
+        now: Timestamp,
+        max_per_scope: u64,
+    ) -> StoreResult<u64> {
+        let mut inner = self.lock()?;
+        for obs in observations {
+            let key = (
+                scope.clone(),
+                project_tag.to_owned(),
+                obs.kind.as_str(),
+                obs.value.clone(),
+            );
+            inner
+                .entities
+                .entry(key)
+                .and_modify(|e| {
+                    e.count += 1;
+                    e.last_seen = e.last_seen.max(now);
+                })
+                .or_insert_with(|| WorkingEntity {
+                    caller_scope: scope.clone(),
+                    project_tag: project_tag.to_owned(),
+                    kind: obs.kind,
+                    value: obs.value.clone(),
+                    count: 1,
+                    first_seen: now,
+                    last_seen: now,
+                });
+        }
+        let mut owned: Vec<&WorkingEntity> = inner
+            .entities
+            .values()
+            .filter(|e| &e.caller_scope == scope)
+            .collect();
+        let excess = (owned.len() as u64).saturating_sub(max_per_scope);
+        if excess == 0 {
+            return Ok(0);
+        }
+        owned.sort_by(|a, b| eviction_order(a, b));
+        let doomed: Vec<EntityKey> = owned
+            .iter()
+            .take(excess as usize)
+            .map(|e| {
+                (
+                    e.caller_scope.clone(),
+                    e.project_tag.clone(),
+                    e.kind.as_str(),
+                    e.value.clone(),
+                )
+            })
+            .collect();
+        for key in doomed {
+            inner.entities.remove(&key);
+        }
+        Ok(excess)
+    }
+
+    async fn list_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkingEntity>> {
+        let inner = self.lock()?;
+        let mut out: Vec<WorkingEntity> = inner
+            .entities
+            .values()
+            .filter(|e| &e.caller_scope == scope && project_tag.is_none_or(|p| e.project_tag == p))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(b.last_seen.cmp(&a.last_seen))
+                .then(a.project_tag.cmp(&b.project_tag))
+                .then(a.kind.as_str().cmp(b.kind.as_str()))
+                .then(a.value.cmp(&b.value))
+        });
+        out.truncate(limit as usize);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl OutcomeStore for MemoryStore {
+    async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
+        self.lock()?.outcomes.extend_from_slice(outcomes);
+        Ok(())
+    }
+
+    async fn list_outcomes(
+        &self,
+        scope: &CallerScope,
+        limit: u32,
+    ) -> StoreResult<Vec<RuleOutcomeRecord>> {
+        let inner = self.lock()?;
+        Ok(inner
+            .outcomes
+            .iter()
+            .rev()
+            .filter(|o| &o.caller_scope == scope)
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>> {
+        Ok(Vec::new())
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.lock().map(|_| ())
+    }
+}

@@ -1,0 +1,171 @@
+//! Test support: `spawn_app` runs a real Herma server on 127.0.0.1:0 over a chosen store, with a
+//! manual clock, and hands back an HTTP client pointed at it.
+
+// Test support: failing loudly is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use herma_app::App;
+use herma_app::clock::{ManualClock, OsRandom};
+use herma_app::keys::NewKey;
+use herma_core::key::Scopes;
+use herma_core::settings::Settings;
+use herma_store::{MemoryStore, Store};
+use herma_store_sqlite::SqliteStore;
+use tokio::sync::oneshot;
+
+pub use herma_store_postgres::testing::{fresh_schema_name, test_database_url};
+
+/// Which store a test app runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, migrated store of the given kind (SQLite in a temporary file, PostgreSQL in a fresh
+/// schema of the test database).
+pub async fn fresh_store(backend: Backend) -> Arc<dyn Store> {
+    match backend {
+        Backend::Memory => Arc::new(MemoryStore::new()),
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("herma.db");
+            let store = SqliteStore::open_migrated(path.to_str().expect("utf-8"))
+                .await
+                .expect("sqlite");
+            std::mem::forget(dir);
+            Arc::new(store)
+        }
+        Backend::Postgres => Arc::new(herma_store_postgres::testing::fresh_store().await),
+    }
+}
+
+/// Creates `schema` in the database at `url` (for pointing a binary at it through the URL).
+pub async fn postgres_schema(url: &str, schema: &str) -> Result<(), herma_store::StoreError> {
+    herma_store_postgres::PgStore::connect_in_schema(url, schema)
+        .await
+        .map(|_| ())
+}
+
+/// A running server.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    pub clock: Arc<ManualClock>,
+    pub client: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+/// The settings a test app runs with: the defaults plus `overrides`.
+pub fn settings(overrides: &[(&str, &str)]) -> Settings {
+    let map: BTreeMap<String, String> = overrides
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    Settings::from_map(&map).expect("valid test settings")
+}
+
+/// Starts Herma on an ephemeral port with the starters loaded.
+pub async fn spawn_app(backend: Backend, overrides: &[(&str, &str)]) -> TestApp {
+    spawn_app_on(fresh_store(backend).await, overrides).await
+}
+
+/// Starts Herma over an existing store (several apps can share one, like several instances).
+pub async fn spawn_app_on(store: Arc<dyn Store>, overrides: &[(&str, &str)]) -> TestApp {
+    let clock = ManualClock::at(1_796_000_000_000);
+    let app = Arc::new(App::with_clock(
+        store,
+        settings(overrides),
+        clock.clone(),
+        Arc::new(OsRandom),
+    ));
+    app.load_starters().await.expect("starters");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel();
+    let server = tokio::spawn(herma_server::serve(listener, app.clone(), async {
+        let _ = rx.await;
+    }));
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    TestApp {
+        addr,
+        app,
+        clock,
+        client,
+        shutdown: Some(tx),
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Issues a key with `scopes` (e.g. `"route,configure"`) for `harness`.
+    pub async fn key(&self, scopes: &str, harness: Option<&str>) -> String {
+        let scopes = Scopes::parse_list(scopes, "scopes").expect("scopes");
+        self.app
+            .issue_key(NewKey {
+                scopes,
+                harness: harness.map(str::to_owned),
+                label: String::new(),
+            })
+            .await
+            .expect("issue key")
+            .key
+    }
+
+    /// The key id part of an `hmk_` key.
+    pub fn key_id(key: &str) -> &str {
+        &key[4..20]
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Sample records.
+pub mod fixtures {
+    use serde_json::{Value, json};
+
+    pub fn provision(id: &str) -> Value {
+        json!({
+            "id": id,
+            "description": "deploy help",
+            "action": "shim_context",
+            "triggers": {"keywords": ["deploy"]},
+            "context_refs": ["deploy.checklist"]
+        })
+    }
+
+    pub fn context_entry(id: &str) -> Value {
+        json!({"id": id, "kind": "verb", "schema_or_body": "Run the migrations before the canary."})
+    }
+}
