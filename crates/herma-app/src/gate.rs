@@ -22,12 +22,21 @@ use crate::error::internal;
 /// Entries beyond this are dropped wholesale; a busy instance simply re-reads.
 const MAX_CACHED_KEYS: usize = 100_000;
 
+/// What the store said about a key id, and when. Unknown ids are cached too, so an unknown id
+/// and a wrong secret for a known id cost the same (no timing oracle) and floods of made-up ids
+/// do not reach the database on every request.
 #[derive(Clone)]
 struct CachedKey {
+    /// `None` when no such key exists.
+    known: Option<KnownKey>,
+    fetched_at: Timestamp,
+}
+
+#[derive(Clone)]
+struct KnownKey {
     digest: KeyDigest,
     principal: KeyPrincipal,
     revoked: bool,
-    fetched_at: Timestamp,
 }
 
 pub struct Gate {
@@ -98,31 +107,39 @@ impl Gate {
 
     async fn verify_key(&self, key: &PresentedKey) -> Result<KeyPrincipal, Problem> {
         let now = self.clock.now();
-        if let Some(cached) = self.cached(key.key_id(), now) {
-            return Self::check(key, &cached);
-        }
-        let Some(stored) = self.store.find_key(key.key_id()).await.map_err(internal)? else {
-            let _ = key.verify(&self.decoy);
-            return Err(unauthorized());
-        };
-        let cached = CachedKey {
-            digest: stored.digest.clone(),
-            principal: KeyPrincipal {
-                key_id: stored.key_id.clone(),
-                caller_scope: stored.caller_scope.clone(),
-                scopes: stored.scopes.clone(),
-                harness: stored.harness.clone(),
-            },
-            revoked: stored.is_revoked(),
-            fetched_at: now,
-        };
-        if let Ok(mut cache) = self.cache.write() {
-            if cache.len() >= MAX_CACHED_KEYS {
-                cache.clear();
+        let cached = match self.cached(key.key_id(), now) {
+            Some(cached) => cached,
+            None => {
+                let stored = self.store.find_key(key.key_id()).await.map_err(internal)?;
+                let cached = CachedKey {
+                    known: stored.map(|k| KnownKey {
+                        digest: k.digest.clone(),
+                        revoked: k.is_revoked(),
+                        principal: KeyPrincipal {
+                            key_id: k.key_id,
+                            caller_scope: k.caller_scope,
+                            scopes: k.scopes,
+                            harness: k.harness,
+                        },
+                    }),
+                    fetched_at: now,
+                };
+                if let Ok(mut cache) = self.cache.write() {
+                    if cache.len() >= MAX_CACHED_KEYS {
+                        cache.clear();
+                    }
+                    cache.insert(key.key_id().clone(), cached.clone());
+                }
+                cached
             }
-            cache.insert(stored.key_id, cached.clone());
+        };
+        // The digest comparison runs whatever the outcome, so every refusal takes the same path.
+        let digest = cached.known.as_ref().map_or(&self.decoy, |k| &k.digest);
+        let matches = key.verify(digest);
+        match cached.known {
+            Some(known) if matches && !known.revoked => Ok(known.principal),
+            _ => Err(unauthorized()),
         }
-        Self::check(key, &cached)
     }
 
     fn cached(&self, key_id: &KeyId, now: Timestamp) -> Option<CachedKey> {
@@ -130,16 +147,6 @@ impl Gate {
         let entry = cache.get(key_id)?;
         let age = now.as_millis().saturating_sub(entry.fetched_at.as_millis());
         (0..self.ttl_ms).contains(&age).then(|| entry.clone())
-    }
-
-    fn check(key: &PresentedKey, cached: &CachedKey) -> Result<KeyPrincipal, Problem> {
-        // Verify first, so a revoked key and a wrong secret take the same path.
-        let matches = key.verify(&cached.digest);
-        if matches && !cached.revoked {
-            Ok(cached.principal.clone())
-        } else {
-            Err(unauthorized())
-        }
     }
 
     /// Drops a key from this instance's cache (after a revocation here).

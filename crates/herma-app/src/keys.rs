@@ -102,6 +102,8 @@ impl App {
             revoked_at: None,
         };
         self.store.insert_key(&record).await.map_err(internal)?;
+        // Forget any "no such key" this instance cached for the new id.
+        self.gate.forget(&record.key_id);
         tracing::info!(key_id = %record.key_id, scopes = %record.scopes.to_list(), "key issued");
         Ok(IssuedKey {
             key: material.key,
