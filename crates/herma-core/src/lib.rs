@@ -15,8 +15,12 @@ pub mod json;
 pub mod key;
 pub mod model;
 pub mod problem;
+pub mod rules;
 pub mod settings;
+pub mod shim;
 pub mod time;
+pub mod upstream;
+pub mod wire;
 
 pub use caller::CallerScope;
 pub use problem::{FieldError, Problem, ProblemCode};

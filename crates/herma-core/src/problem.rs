@@ -52,6 +52,12 @@ problem_codes! {
     MethodNotAllowed => "method_not_allowed", "This route does not accept that method";
     UnsupportedMediaType => "unsupported_media_type", "The body must be application/json";
     PayloadTooLarge => "payload_too_large", "The body exceeds the size limit";
+    UpstreamRequired => "upstream_required", "No upstream is configured for this request";
+    UpstreamHostRefused => "upstream_host_refused", "The upstream host is not on the allowlist";
+    ProviderOperatorDisabled => "provider_operator_disabled", "The operator has paused this provider";
+    UpstreamUnreachable => "upstream_unreachable", "The upstream could not be reached";
+    UpstreamRedirectRefused => "upstream_redirect_refused", "The upstream answered with a redirect, which Herma never follows";
+    UpstreamTimeout => "upstream_timeout", "The upstream did not answer in time";
     Internal => "internal", "Herma failed to complete the request";
     Unavailable => "unavailable", "A dependency of Herma is unavailable";
 }

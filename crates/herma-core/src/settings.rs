@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use crate::upstream::{Provider, UpstreamSettings, parse_base};
+
 /// Default listen address: loopback only.
 pub const DEFAULT_BIND: &str = "127.0.0.1:7730";
 /// Default database: a SQLite file in the working directory.
@@ -62,6 +64,66 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         secret: false,
         default: "1000",
         description: "How long a verified key is trusted without re-reading it (at most 1000).",
+    },
+    SettingInfo {
+        name: "HERMA_UPSTREAM_BASE_URL",
+        secret: false,
+        default: "unset",
+        description: "The operator's upstream (e.g. https://api.anthropic.com or http://localhost:11434/v1); callers may name another with X-Upstream-Base-Url.",
+    },
+    SettingInfo {
+        name: "HERMA_UPSTREAM_API_KEY",
+        secret: true,
+        default: "unset",
+        description: "The operator's upstream key, sent only to HERMA_UPSTREAM_BASE_URL's origin when the caller sends no X-Upstream-Api-Key.",
+    },
+    SettingInfo {
+        name: "HERMA_ALLOWED_UPSTREAM_HOSTS",
+        secret: false,
+        default: "localhost,127.0.0.1",
+        description: "Comma-separated hosts callers may name as upstream (the operator's own upstream host is always allowed).",
+    },
+    SettingInfo {
+        name: "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+        secret: false,
+        default: "[]",
+        description: "JSON list of providers (meta, ollama, openai, anthropic, openrouter) whose operator key is paused.",
+    },
+    SettingInfo {
+        name: "HERMA_SHIM_MAX_CHARS",
+        secret: false,
+        default: "8000",
+        description: "Size budget of the context one request may receive; entries beyond it are cut and the cut recorded.",
+    },
+    SettingInfo {
+        name: "HERMA_PROXY_MAX_BODY_BYTES",
+        secret: false,
+        default: "33554432",
+        description: "Largest request body accepted on the proxied routes.",
+    },
+    SettingInfo {
+        name: "HERMA_UPSTREAM_CONNECT_TIMEOUT_MS",
+        secret: false,
+        default: "10000",
+        description: "How long to wait for a connection to the upstream.",
+    },
+    SettingInfo {
+        name: "HERMA_UPSTREAM_HEADERS_TIMEOUT_MS",
+        secret: false,
+        default: "600000",
+        description: "How long to wait for the upstream's response headers (streams then run as long as they run).",
+    },
+    SettingInfo {
+        name: "HERMA_RULES_CACHE_TTL_MS",
+        secret: false,
+        default: "1000",
+        description: "How long a caller's compiled rules are used before Herma checks whether they changed.",
+    },
+    SettingInfo {
+        name: "HERMA_RECEIPT_QUEUE_CAPACITY",
+        secret: false,
+        default: "10000",
+        description: "Receipts waiting to be written; when full, requests wait (receipts are never dropped).",
     },
     SettingInfo {
         name: "HERMA_LOG",
@@ -170,6 +232,13 @@ pub struct Settings {
     pub key_cache_ttl_ms: u64,
     pub log_filter: String,
     pub log_format: LogFormat,
+    pub upstream: UpstreamSettings,
+    pub shim_max_chars: u64,
+    pub proxy_max_body_bytes: u64,
+    pub upstream_connect_timeout_ms: u64,
+    pub upstream_headers_timeout_ms: u64,
+    pub rules_cache_ttl_ms: u64,
+    pub receipt_queue_capacity: u64,
 }
 
 /// An invalid setting, by name.
@@ -268,6 +337,72 @@ impl Settings {
             MAX_KEY_CACHE_TTL_MS,
         );
 
+        let shim_max_chars = number("HERMA_SHIM_MAX_CHARS", 8000, 256, 1_000_000);
+        let proxy_max_body_bytes = number(
+            "HERMA_PROXY_MAX_BODY_BYTES",
+            32 * 1024 * 1024,
+            1024,
+            1024 * 1024 * 1024,
+        );
+        let upstream_connect_timeout_ms =
+            number("HERMA_UPSTREAM_CONNECT_TIMEOUT_MS", 10_000, 1, 600_000);
+        let upstream_headers_timeout_ms =
+            number("HERMA_UPSTREAM_HEADERS_TIMEOUT_MS", 600_000, 1, 3_600_000);
+        let rules_cache_ttl_ms = number("HERMA_RULES_CACHE_TTL_MS", 1000, 0, 60_000);
+        let receipt_queue_capacity = number("HERMA_RECEIPT_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
+
+        let mut upstream = UpstreamSettings::default();
+        if let Some(raw) = setting(map, "HERMA_UPSTREAM_BASE_URL") {
+            match parse_base(raw) {
+                Ok(url) => upstream.base = Some(url),
+                Err(detail) => fail("HERMA_UPSTREAM_BASE_URL", detail),
+            }
+        }
+        upstream.key = setting(map, "HERMA_UPSTREAM_API_KEY").map(Secret::new);
+        let hosts = setting(map, "HERMA_ALLOWED_UPSTREAM_HOSTS").unwrap_or("localhost,127.0.0.1");
+        for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+            let host = host.to_ascii_lowercase();
+            if host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'))
+                && !host.contains("://")
+            {
+                upstream.allowed_hosts.push(host);
+            } else {
+                fail(
+                    "HERMA_ALLOWED_UPSTREAM_HOSTS",
+                    format!("`{host}` is not a host name (no scheme, port or path)"),
+                );
+            }
+        }
+        if let Some(raw) = setting(map, "HERMA_CONVERSATION_DISABLED_PROVIDERS") {
+            match crate::json::parse_strict(raw.as_bytes()) {
+                Ok(serde_json::Value::Array(items)) => {
+                    for item in items {
+                        match item.as_str().and_then(Provider::parse) {
+                            Some(p) if !upstream.disabled_providers.contains(&p) => {
+                                upstream.disabled_providers.push(p)
+                            }
+                            Some(p) => fail(
+                                "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+                                format!("`{}` is listed twice", p.as_str()),
+                            ),
+                            None => fail(
+                                "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+                                format!(
+                                    "{item} is not a provider (meta, ollama, openai, anthropic, openrouter)"
+                                ),
+                            ),
+                        }
+                    }
+                }
+                _ => fail(
+                    "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+                    "must be a JSON list such as [\"anthropic\"]".into(),
+                ),
+            }
+        }
+
         let log_filter = setting(map, "HERMA_LOG").unwrap_or("info").to_owned();
         let log_format = match setting(map, "HERMA_LOG_FORMAT") {
             None | Some("text") => LogFormat::Text,
@@ -291,6 +426,13 @@ impl Settings {
                 key_cache_ttl_ms,
                 log_filter,
                 log_format,
+                upstream,
+                shim_max_chars,
+                proxy_max_body_bytes,
+                upstream_connect_timeout_ms,
+                upstream_headers_timeout_ms,
+                rules_cache_ttl_ms,
+                receipt_queue_capacity,
             })
         } else {
             Err(errors)
@@ -391,6 +533,42 @@ mod tests {
                 "HERMA_LOG_FORMAT"
             ]
         );
+    }
+
+    #[test]
+    fn upstream_settings_are_validated() {
+        let s = Settings::from_map(&map(&[
+            ("HERMA_UPSTREAM_BASE_URL", "https://api.anthropic.com"),
+            ("HERMA_ALLOWED_UPSTREAM_HOSTS", "LocalHost, ollama.internal"),
+            (
+                "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+                "[\"anthropic\",\"openrouter\"]",
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(s.upstream.allowed_hosts, ["localhost", "ollama.internal"]);
+        assert_eq!(
+            s.upstream.disabled_providers,
+            [Provider::Anthropic, Provider::Openrouter]
+        );
+        let errors = Settings::from_map(&map(&[
+            ("HERMA_UPSTREAM_BASE_URL", "ftp://x"),
+            ("HERMA_ALLOWED_UPSTREAM_HOSTS", "http://x"),
+            ("HERMA_CONVERSATION_DISABLED_PROVIDERS", "[\"bedrock\"]"),
+        ]))
+        .unwrap_err();
+        let names: Vec<_> = errors.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "HERMA_UPSTREAM_BASE_URL",
+                "HERMA_ALLOWED_UPSTREAM_HOSTS",
+                "HERMA_CONVERSATION_DISABLED_PROVIDERS"
+            ]
+        );
+        let defaults = Settings::from_map(&BTreeMap::new()).unwrap();
+        assert_eq!(defaults.upstream.allowed_hosts, ["localhost", "127.0.0.1"]);
+        assert!(defaults.upstream.base.is_none());
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
         ProblemCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ProblemCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ProblemCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ProblemCode::UpstreamRequired => StatusCode::BAD_REQUEST,
+        ProblemCode::UpstreamHostRefused => StatusCode::FORBIDDEN,
+        ProblemCode::ProviderOperatorDisabled => StatusCode::SERVICE_UNAVAILABLE,
+        ProblemCode::UpstreamUnreachable | ProblemCode::UpstreamRedirectRefused => {
+            StatusCode::BAD_GATEWAY
+        }
+        ProblemCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }

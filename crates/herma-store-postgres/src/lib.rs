@@ -12,20 +12,26 @@ use herma_core::key::KeyId;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{
-    AppliedMigration, Collection, DocumentStore, EntityObservation, EntityStore, ImportOutcome,
-    ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Store, StoreError, StoreResult,
-    StoredDoc,
+    AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
+    ImportOutcome, ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Revisions, Store,
+    StoreError, StoreResult, StoredDoc,
 };
 use herma_store_sql::{
-    backend, doc_from_row, entity_from_row, key_from_row, outcome_from_row, receipt_from_row,
-    to_i64, to_json, version_of,
+    backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
+    receipt_from_row, revisions_from_rows, to_i64, to_json, version_of,
 };
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool};
 
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "revisions_and_claims",
+        include_str!("../migrations/0002_revisions_and_claims.sql"),
+    ),
+];
 
 /// Key of the advisory lock that serializes migrations across processes.
 const MIGRATION_LOCK: i64 = 0x4845_524d_4100; // "HERMA"
@@ -317,6 +323,18 @@ impl DocumentStore for PgStore {
         }
     }
 
+    async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {
+        let names: Vec<&str> = scopes.iter().map(CallerScope::as_str).collect();
+        let rows = sqlx::query(
+            "SELECT caller_scope, collection, revision FROM revisions WHERE caller_scope = ANY($1)",
+        )
+        .bind(&names)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        revisions_from_rows(scopes, &rows)
+    }
+
     async fn import_docs(
         &self,
         collection: Collection,
@@ -507,6 +525,35 @@ impl OutcomeStore for PgStore {
         .await
         .map_err(backend)?;
         rows.iter().map(outcome_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl ClaimStore for PgStore {
+    async fn claim_once(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+        now: Timestamp,
+    ) -> StoreResult<Vec<String>> {
+        if provision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "INSERT INTO conversation_claims (caller_scope, conversation_id, provision_id, claimed_at)
+             SELECT $1, $2, id, $3 FROM unnest($4::text[]) AS id
+             ON CONFLICT (caller_scope, conversation_id, provision_id) DO NOTHING
+             RETURNING provision_id",
+        )
+        .bind(scope.as_str())
+        .bind(conversation_id)
+        .bind(now.as_millis())
+        .bind(provision_ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        claimed_ids(provision_ids, &rows)
     }
 }
 

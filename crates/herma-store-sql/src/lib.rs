@@ -6,7 +6,7 @@ use herma_core::model::{
     EntityKind, HarnessKey, InjectionReceipt, OutcomeKind, RuleOutcomeRecord, WorkingEntity,
 };
 use herma_core::{CallerScope, Timestamp};
-use herma_store::{StoreError, StoreResult, StoredDoc};
+use herma_store::{Collection, Revisions, StoreError, StoreResult, StoredDoc};
 use serde_json::Value;
 use sqlx::Row;
 
@@ -127,4 +127,39 @@ pub fn outcome_from_row(row: &impl SqlRow) -> StoreResult<RuleOutcomeRecord> {
 /// Reads a version column as `u64`.
 pub fn version_of(row: &impl SqlRow) -> StoreResult<u64> {
     to_u64(row.int("version")?)
+}
+
+/// Folds `(caller_scope, collection, revision)` rows into one [`Revisions`] per scope.
+pub fn revisions_from_rows(
+    scopes: &[CallerScope],
+    rows: &[impl SqlRow],
+) -> StoreResult<Vec<Revisions>> {
+    let mut out = vec![Revisions::default(); scopes.len()];
+    for row in rows {
+        let scope = row.text("caller_scope")?;
+        let collection = Collection::parse_table(&row.text("collection")?)
+            .ok_or_else(|| corrupt("revision collection"))?;
+        let revision = to_u64(row.int("revision")?)?;
+        for (i, s) in scopes.iter().enumerate() {
+            if s.as_str() == scope {
+                out[i].set(collection, revision);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The claimed ids of a `RETURNING provision_id`, in the order they were asked for.
+pub fn claimed_ids(asked: &[String], rows: &[impl SqlRow]) -> StoreResult<Vec<String>> {
+    let returned = rows
+        .iter()
+        .map(|r| r.text("provision_id"))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let mut out: Vec<String> = asked
+        .iter()
+        .filter(|id| returned.contains(id))
+        .cloned()
+        .collect();
+    out.dedup();
+    Ok(out)
 }

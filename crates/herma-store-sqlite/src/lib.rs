@@ -12,22 +12,28 @@ use herma_core::key::KeyId;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{
-    AppliedMigration, Collection, DocumentStore, EntityObservation, EntityStore, ImportOutcome,
-    ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Store, StoreError, StoreResult,
-    StoredDoc,
+    AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
+    ImportOutcome, ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Revisions, Store,
+    StoreError, StoreResult, StoredDoc,
 };
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Executor, Row, SqlitePool};
 
 use herma_store_sql::{
-    backend, doc_from_row, entity_from_row, key_from_row, outcome_from_row, receipt_from_row,
-    to_i64, to_json,
+    backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
+    receipt_from_row, revisions_from_rows, to_i64, to_json,
 };
 
 /// Embedded migrations, applied in order by [`SqliteStore::migrate`].
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "revisions_and_claims",
+        include_str!("../migrations/0002_revisions_and_claims.sql"),
+    ),
+];
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -293,6 +299,18 @@ impl DocumentStore for SqliteStore {
         }
     }
 
+    async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {
+        let names: Vec<&str> = scopes.iter().map(CallerScope::as_str).collect();
+        let rows = sqlx::query(
+            "SELECT caller_scope, collection, revision FROM revisions WHERE caller_scope IN (SELECT value FROM json_each(?))",
+        )
+        .bind(to_json(&serde_json::json!(names))?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        revisions_from_rows(scopes, &rows)
+    }
+
     async fn import_docs(
         &self,
         collection: Collection,
@@ -488,6 +506,35 @@ impl OutcomeStore for SqliteStore {
         .await
         .map_err(backend)?;
         rows.iter().map(outcome_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl ClaimStore for SqliteStore {
+    async fn claim_once(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+        now: Timestamp,
+    ) -> StoreResult<Vec<String>> {
+        if provision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "INSERT INTO conversation_claims (caller_scope, conversation_id, provision_id, claimed_at)
+             SELECT ?, ?, value, ? FROM json_each(?) WHERE true
+             ON CONFLICT (caller_scope, conversation_id, provision_id) DO NOTHING
+             RETURNING provision_id",
+        )
+        .bind(scope.as_str())
+        .bind(conversation_id)
+        .bind(now.as_millis())
+        .bind(to_json(&serde_json::json!(provision_ids))?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        claimed_ids(provision_ids, &rows)
     }
 }
 

@@ -19,7 +19,8 @@ use herma_core::{CallerScope, Timestamp};
 use serde_json::{Value, json};
 
 use crate::{
-    Collection, DocumentStoreExt, EntityObservation, ImportSummary, Page, Store, StoreError,
+    Collection, DocumentStoreExt, EntityObservation, ImportSummary, Page, Revisions, Store,
+    StoreError,
 };
 
 /// Generates one test per conformance case for a backend.
@@ -42,6 +43,8 @@ macro_rules! store_conformance_tests {
             entities_are_counted_and_evicted_rarest_oldest_first,
             outcomes_are_listed_newest_first_per_scope,
             h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner,
+            revisions_count_every_change_per_scope_and_collection,
+            h08_once_per_conversation_claims_have_one_winner,
         );
 
         #[test]
@@ -711,6 +714,143 @@ pub async fn h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_
         [format!("v{i}")],
         "the winner's write is the one stored"
     );
+}
+
+pub async fn revisions_count_every_change_per_scope_and_collection(store: Arc<dyn Store>) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let revs = |store: &Arc<dyn Store>| {
+        let (store, a, b) = (store.clone(), a.clone(), b.clone());
+        async move { store.revisions(&[a, b]).await.unwrap() }
+    };
+    assert_eq!(
+        revs(&store).await,
+        [Revisions::default(), Revisions::default()]
+    );
+    store
+        .provisions()
+        .create(&a, &provision("p", "k"), at(1))
+        .await
+        .unwrap();
+    store
+        .provisions()
+        .update(&a, &provision("p", "k2"), 1, at(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        revs(&store).await[0],
+        Revisions {
+            provisions: 2,
+            context_entries: 0
+        }
+    );
+    // Failed writes and unchanged imports change nothing.
+    assert!(
+        store
+            .provisions()
+            .update(&a, &provision("p", "k3"), 1, at(3))
+            .await
+            .is_err()
+    );
+    assert!(
+        store
+            .provisions()
+            .create(&a, &provision("p", "k"), at(3))
+            .await
+            .is_err()
+    );
+    store
+        .provisions()
+        .import(&a, &[provision("p", "k2")], at(3))
+        .await
+        .unwrap();
+    assert_eq!(revs(&store).await[0].provisions, 2);
+    store
+        .provisions()
+        .import(&a, &[provision("p", "k4"), provision("q", "k")], at(4))
+        .await
+        .unwrap();
+    assert_eq!(revs(&store).await[0].provisions, 4);
+    store
+        .context_entries()
+        .create(&b, &context_entry("e", "x"), at(5))
+        .await
+        .unwrap();
+    store.provisions().delete(&a, "q", None).await.unwrap();
+    assert_eq!(
+        revs(&store).await,
+        [
+            Revisions {
+                provisions: 5,
+                context_entries: 0
+            },
+            Revisions {
+                provisions: 0,
+                context_entries: 1
+            }
+        ]
+    );
+    assert_eq!(store.revisions(&[]).await.unwrap(), []);
+}
+
+pub async fn h08_once_per_conversation_claims_have_one_winner(store: Arc<dyn Store>) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        store
+            .claim_once(&a, "conv-1", &ids(&["p1", "p2"]), at(1))
+            .await
+            .unwrap(),
+        ids(&["p1", "p2"])
+    );
+    assert_eq!(
+        store
+            .claim_once(&a, "conv-1", &ids(&["p2", "p3"]), at(2))
+            .await
+            .unwrap(),
+        ids(&["p3"])
+    );
+    assert_eq!(
+        store
+            .claim_once(&a, "conv-2", &ids(&["p1"]), at(2))
+            .await
+            .unwrap(),
+        ids(&["p1"]),
+        "another conversation"
+    );
+    assert_eq!(
+        store
+            .claim_once(&b, "conv-1", &ids(&["p1"]), at(2))
+            .await
+            .unwrap(),
+        ids(&["p1"]),
+        "another caller"
+    );
+    assert!(
+        store
+            .claim_once(&a, "conv-1", &[], at(3))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Two requests of one session racing for the same shim: exactly one gets it.
+    let barrier = Arc::new(tokio::sync::Barrier::new(16));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, a, barrier) = (store.clone(), a.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .claim_once(&a, "race", &["hot".to_owned()], at(4))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        winners += t.await.unwrap().len();
+    }
+    assert_eq!(winners, 1);
 }
 
 /// One operation of the isolation property.

@@ -20,6 +20,10 @@ pub enum Collection {
 impl Collection {
     pub const ALL: [Collection; 2] = [Collection::Provisions, Collection::ContextEntries];
 
+    pub fn parse_table(table: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.table() == table)
+    }
+
     /// The SQL table name (a fixed identifier, never caller input).
     pub fn table(self) -> &'static str {
         match self {
@@ -87,6 +91,22 @@ impl ImportSummary {
     }
 }
 
+/// Change counters of one scope: each grows with every write to that scope's collection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Revisions {
+    pub provisions: u64,
+    pub context_entries: u64,
+}
+
+impl Revisions {
+    pub fn set(&mut self, collection: Collection, revision: u64) {
+        match collection {
+            Collection::Provisions => self.provisions = revision,
+            Collection::ContextEntries => self.context_entries = revision,
+        }
+    }
+}
+
 /// The untyped, object-safe document contract every backend implements.
 #[async_trait]
 pub trait DocumentStore: Send + Sync {
@@ -142,6 +162,10 @@ pub trait DocumentStore: Send + Sync {
         id: &str,
         expected_version: Option<u64>,
     ) -> StoreResult<()>;
+
+    /// The change counters of each scope, in the order given (zero when never written). Every
+    /// create, update, delete and changing import bumps its scope's counter; nothing else does.
+    async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>>;
 
     /// Creates or replaces every document, all or nothing. An unchanged body keeps its version.
     async fn import_docs(

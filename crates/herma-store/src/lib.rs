@@ -28,7 +28,7 @@ use herma_core::model::{
 
 pub use documents::{
     Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
-    ImportSummary, Page, Provisions, StoredDoc, Typed,
+    ImportSummary, Page, Provisions, Revisions, StoredDoc, Typed,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
@@ -98,6 +98,20 @@ pub trait OutcomeStore: Send + Sync {
     ) -> StoreResult<Vec<RuleOutcomeRecord>>;
 }
 
+/// `once_per_conversation`: claims that a provision was applied in a conversation.
+#[async_trait]
+pub trait ClaimStore: Send + Sync {
+    /// Atomically claims each provision id for (`scope`, `conversation_id`) and returns the ids
+    /// this call claimed first. Concurrent callers never both win one id.
+    async fn claim_once(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+        now: Timestamp,
+    ) -> StoreResult<Vec<String>>;
+}
+
 /// A migration applied by [`Store::migrate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppliedMigration {
@@ -107,7 +121,9 @@ pub struct AppliedMigration {
 
 /// Everything Herma stores.
 #[async_trait]
-pub trait Store: KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore {
+pub trait Store:
+    KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore + ClaimStore
+{
     /// `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// Applies pending embedded migrations, returning those it applied (empty when current).

@@ -10,10 +10,12 @@ use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, Working
 use herma_core::{CallerScope, Timestamp};
 use serde_json::Value;
 
-use crate::documents::{Collection, DocumentStore, ImportOutcome, ImportSummary, Page, StoredDoc};
+use crate::documents::{
+    Collection, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoredDoc,
+};
 use crate::{
-    AppliedMigration, EntityObservation, EntityStore, KeyStore, OutcomeStore, ReceiptStore, Store,
-    StoreError, StoreResult,
+    AppliedMigration, ClaimStore, EntityObservation, EntityStore, KeyStore, OutcomeStore,
+    ReceiptStore, Store, StoreError, StoreResult,
 };
 
 type EntityKey = (CallerScope, String, &'static str, String);
@@ -25,6 +27,17 @@ struct Inner {
     receipts: HashMap<(CallerScope, String), InjectionReceipt>,
     entities: BTreeMap<EntityKey, WorkingEntity>,
     outcomes: Vec<RuleOutcomeRecord>,
+    revisions: HashMap<(Collection, CallerScope), u64>,
+    claims: std::collections::HashSet<(CallerScope, String, String)>,
+}
+
+impl Inner {
+    fn bump(&mut self, collection: Collection, scope: &CallerScope) {
+        *self
+            .revisions
+            .entry((collection, scope.clone()))
+            .or_default() += 1;
+    }
 }
 
 /// Everything in one mutex; never held across an await.
@@ -114,6 +127,7 @@ impl DocumentStore for MemoryStore {
             updated_at: now,
         };
         docs.insert(id.to_owned(), doc.clone());
+        inner.bump(collection, scope);
         Ok(doc)
     }
 
@@ -190,7 +204,9 @@ impl DocumentStore for MemoryStore {
         doc.version += 1;
         doc.body = body.clone();
         doc.updated_at = now;
-        Ok(doc.clone())
+        let doc = doc.clone();
+        inner.bump(collection, scope);
+        Ok(doc)
     }
 
     async fn delete_doc(
@@ -210,7 +226,29 @@ impl DocumentStore for MemoryStore {
             return Err(conflict(Some(doc)));
         }
         docs.remove(id);
+        inner.bump(collection, scope);
         Ok(())
+    }
+
+    async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {
+        let inner = self.lock()?;
+        Ok(scopes
+            .iter()
+            .map(|scope| {
+                let mut r = Revisions::default();
+                for c in Collection::ALL {
+                    r.set(
+                        c,
+                        inner
+                            .revisions
+                            .get(&(c, scope.clone()))
+                            .copied()
+                            .unwrap_or(0),
+                    );
+                }
+                r
+            })
+            .collect())
     }
 
     async fn import_docs(
@@ -248,6 +286,9 @@ impl DocumentStore for MemoryStore {
                 }
             };
             summary.count(outcome);
+        }
+        for _ in 0..(summary.created + summary.updated) {
+            inner.bump(collection, scope);
         }
         Ok(summary)
     }
@@ -397,6 +438,28 @@ impl OutcomeStore for MemoryStore {
             .rev()
             .filter(|o| &o.caller_scope == scope)
             .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl ClaimStore for MemoryStore {
+    async fn claim_once(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+        _now: Timestamp,
+    ) -> StoreResult<Vec<String>> {
+        let mut inner = self.lock()?;
+        Ok(provision_ids
+            .iter()
+            .filter(|id| {
+                inner
+                    .claims
+                    .insert((scope.clone(), conversation_id.to_owned(), (*id).clone()))
+            })
             .cloned()
             .collect())
     }

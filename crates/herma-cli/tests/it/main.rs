@@ -487,6 +487,10 @@ fn migrate_reports_what_it_applied() {
     let dir = tempfile::tempdir().unwrap();
     let first = stdout(&run(dir.path(), &["migrate"], &[]));
     assert!(first.contains("applied migration 1 (initial)"), "{first}");
+    assert!(
+        first.contains("applied migration 2 (revisions_and_claims)"),
+        "{first}"
+    );
     let second = stdout(&run(dir.path(), &["migrate"], &[]));
     assert!(second.contains("is up to date"), "{second}");
 }

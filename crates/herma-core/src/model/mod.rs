@@ -5,7 +5,7 @@ mod context;
 mod entity;
 mod harness_key;
 mod outcome;
-mod provision;
+pub(crate) mod provision;
 mod receipt;
 
 pub use context::{ContextEntry, ContextEntrySpec, ContextKind, MAX_BODY_CHARS};

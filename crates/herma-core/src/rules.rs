@@ -1,0 +1,332 @@
+//! Tier 1: keywords, bounded regular expressions, path globs and tool names, compiled per caller
+//! into one index — one automaton for every keyword, one regex set, one glob set, one tool map —
+//! so evaluating a request costs about the same over 10,000 rules as over 100.
+//!
+//! Matching is deterministic: rules are ordered by priority (highest first), then id; each match
+//! records which trigger fired. No network, no clock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use regex::RegexSetBuilder;
+
+use crate::model::provision::MAX_REGEX_COMPILED_BYTES;
+use crate::model::{Action, Provision, TriggerMode};
+use crate::wire::Envelope;
+
+/// The trigger kinds of tier 1, as bits.
+const KEYWORD: u8 = 1;
+const REGEX: u8 = 2;
+const PATH: u8 = 4;
+const TOOL: u8 = 8;
+
+/// One compiled provision.
+#[derive(Debug)]
+pub struct Rule {
+    pub provision: Arc<Provision>,
+    pub builtin: bool,
+    configured: u8,
+}
+
+/// Which triggers of a rule fired, first per kind, in kind order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleMatch {
+    /// Index into [`RuleSet::rules`].
+    pub rule: usize,
+    /// E.g. `["keyword:deploy"]`, or one per kind for `all` rules.
+    pub triggers: Vec<String>,
+}
+
+impl RuleMatch {
+    /// The triggers as one string, e.g. `keyword:deploy+path:**/*.tf`.
+    pub fn trigger(&self) -> String {
+        self.triggers.join("+")
+    }
+}
+
+/// A rule that could not be compiled (it was stored before a limit changed, or the combined
+/// set exceeded the engine's bounds) and is left out of matching.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedRule {
+    pub provision_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    keywords: Option<AhoCorasick>,
+    /// Per unique keyword: (lowercased keyword, owners as (rule, original keyword)).
+    keyword_owners: Vec<(String, Vec<(u32, u32)>)>,
+    regexes: Option<regex::RegexSet>,
+    regex_owners: Vec<(u32, u32)>,
+    globs: Option<GlobSet>,
+    glob_owners: Vec<(u32, u32)>,
+    tools: HashMap<String, Vec<(u32, u32)>>,
+    skipped: Vec<SkippedRule>,
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+impl RuleSet {
+    /// Compiles enabled provisions (`builtin` marks `system_builtin` ones).
+    pub fn compile(provisions: impl IntoIterator<Item = (Arc<Provision>, bool)>) -> Self {
+        let mut rules: Vec<Rule> = provisions
+            .into_iter()
+            .filter(|(p, _)| p.spec.enabled)
+            .map(|(provision, builtin)| {
+                let t = &provision.spec.triggers;
+                let configured = [
+                    (KEYWORD, !t.keywords.is_empty()),
+                    (REGEX, !t.regex.is_empty()),
+                    (PATH, !t.paths.is_empty()),
+                    (TOOL, !t.tools.is_empty()),
+                ]
+                .iter()
+                .filter(|(_, on)| *on)
+                .fold(0, |acc, (bit, _)| acc | bit);
+                Rule {
+                    provision,
+                    builtin,
+                    configured,
+                }
+            })
+            .collect();
+        rules.sort_by(|a, b| {
+            b.provision
+                .spec
+                .priority
+                .cmp(&a.provision.spec.priority)
+                .then_with(|| a.provision.spec.id.cmp(&b.provision.spec.id))
+        });
+
+        let mut set = RuleSet::default();
+        let mut keyword_index: HashMap<String, usize> = HashMap::new();
+        let mut regex_patterns = Vec::new();
+        let mut glob_builder = GlobSetBuilder::new();
+        for (r, rule) in rules.iter().enumerate() {
+            let t = &rule.provision.spec.triggers;
+            for (k, keyword) in t.keywords.iter().enumerate() {
+                let lower = keyword.to_lowercase();
+                let slot = *keyword_index.entry(lower.clone()).or_insert_with(|| {
+                    set.keyword_owners.push((lower, Vec::new()));
+                    set.keyword_owners.len() - 1
+                });
+                set.keyword_owners[slot].1.push((r as u32, k as u32));
+            }
+            for (k, pattern) in t.regex.iter().enumerate() {
+                regex_patterns.push(pattern.clone());
+                set.regex_owners.push((r as u32, k as u32));
+            }
+            for (k, pattern) in t.paths.iter().enumerate() {
+                match GlobBuilder::new(pattern).literal_separator(true).build() {
+                    Ok(glob) => {
+                        glob_builder.add(glob);
+                        set.glob_owners.push((r as u32, k as u32));
+                    }
+                    Err(e) => set.skipped.push(SkippedRule {
+                        provision_id: rule.provision.spec.id.clone(),
+                        reason: format!("glob `{pattern}`: {e}"),
+                    }),
+                }
+            }
+            for (k, tool) in t.tools.iter().enumerate() {
+                set.tools
+                    .entry(tool.clone())
+                    .or_default()
+                    .push((r as u32, k as u32));
+            }
+        }
+        if !set.keyword_owners.is_empty() {
+            set.keywords = AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .build(set.keyword_owners.iter().map(|(k, _)| k.as_str()))
+                .map_err(|e| {
+                    set.skipped.push(SkippedRule {
+                        provision_id: "*".into(),
+                        reason: format!("keyword automaton: {e}"),
+                    })
+                })
+                .ok();
+        }
+        if !regex_patterns.is_empty() {
+            let limit = MAX_REGEX_COMPILED_BYTES
+                .saturating_mul(regex_patterns.len())
+                .min(256 * 1024 * 1024);
+            match RegexSetBuilder::new(&regex_patterns)
+                .size_limit(limit)
+                .dfa_size_limit(limit)
+                .build()
+            {
+                Ok(regexes) => set.regexes = Some(regexes),
+                Err(e) => {
+                    // Keep the patterns that compile on their own; report the rest.
+                    let mut kept = Vec::new();
+                    let mut owners = Vec::new();
+                    for (pattern, owner) in regex_patterns.iter().zip(&set.regex_owners) {
+                        match regex::RegexBuilder::new(pattern)
+                            .size_limit(MAX_REGEX_COMPILED_BYTES)
+                            .build()
+                        {
+                            Ok(_) => {
+                                kept.push(pattern.clone());
+                                owners.push(*owner);
+                            }
+                            Err(err) => set.skipped.push(SkippedRule {
+                                provision_id: rules[owner.0 as usize].provision.spec.id.clone(),
+                                reason: format!("regex `{pattern}`: {err}"),
+                            }),
+                        }
+                    }
+                    set.regex_owners = owners;
+                    set.regexes = RegexSetBuilder::new(&kept)
+                        .size_limit(limit)
+                        .dfa_size_limit(limit)
+                        .build()
+                        .ok();
+                    if set.regexes.is_none() {
+                        set.skipped.push(SkippedRule {
+                            provision_id: "*".into(),
+                            reason: format!("regex set: {e}"),
+                        });
+                        set.regex_owners.clear();
+                    }
+                }
+            }
+        }
+        if !set.glob_owners.is_empty() {
+            set.globs = glob_builder.build().ok();
+        }
+        set.rules = rules;
+        set
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn rule(&self, index: usize) -> &Rule {
+        &self.rules[index]
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn skipped(&self) -> &[SkippedRule] {
+        &self.skipped
+    }
+
+    /// Every rule the envelope matches, in rule order (priority, then id).
+    pub fn evaluate(&self, envelope: &Envelope) -> Vec<RuleMatch> {
+        if self.rules.is_empty() {
+            return Vec::new();
+        }
+        // Per rule: matched kinds and the first trigger of each kind.
+        let mut hits: HashMap<u32, (u8, [Option<String>; 4])> = HashMap::new();
+        let mut hit = |rule: u32, kind: u8, slot: usize, text: String| {
+            let entry = hits.entry(rule).or_insert((0, Default::default()));
+            entry.0 |= kind;
+            entry.1[slot].get_or_insert(text);
+        };
+
+        if let Some(automaton) = &self.keywords {
+            let lower = envelope.user_text.to_lowercase();
+            for m in automaton.find_overlapping_iter(&lower) {
+                let (keyword, owners) = &self.keyword_owners[m.pattern().as_usize()];
+                let before_ok =
+                    !keyword.starts_with(is_word) || !lower[..m.start()].ends_with(is_word);
+                let after_ok =
+                    !keyword.ends_with(is_word) || !lower[m.end()..].starts_with(is_word);
+                if before_ok && after_ok {
+                    for &(rule, k) in owners {
+                        let original =
+                            &self.rules[rule as usize].provision.spec.triggers.keywords[k as usize];
+                        hit(rule, KEYWORD, 0, format!("keyword:{original}"));
+                    }
+                }
+            }
+        }
+        if let Some(regexes) = &self.regexes {
+            for i in regexes.matches(&envelope.user_text).iter() {
+                let (rule, k) = self.regex_owners[i];
+                let pattern = &self.rules[rule as usize].provision.spec.triggers.regex[k as usize];
+                hit(rule, REGEX, 1, format!("regex:{pattern}"));
+            }
+        }
+        if let Some(globs) = &self.globs {
+            for path in &envelope.paths {
+                for i in globs.matches(path) {
+                    let (rule, k) = self.glob_owners[i];
+                    let glob = &self.rules[rule as usize].provision.spec.triggers.paths[k as usize];
+                    hit(rule, PATH, 2, format!("path:{glob}"));
+                }
+            }
+        }
+        if !self.tools.is_empty() {
+            for tool in envelope.tools_offered.iter().chain(&envelope.tools_called) {
+                if let Some(owners) = self.tools.get(tool) {
+                    for &(rule, _) in owners {
+                        hit(rule, TOOL, 3, format!("tool:{tool}"));
+                    }
+                }
+            }
+        }
+
+        let mut matches: Vec<RuleMatch> = hits
+            .into_iter()
+            .filter(|(rule, (kinds, _))| {
+                let r = &self.rules[*rule as usize];
+                match r.provision.spec.trigger_mode {
+                    TriggerMode::Any => *kinds != 0,
+                    TriggerMode::All => *kinds == r.configured,
+                }
+            })
+            .map(|(rule, (_, triggers))| RuleMatch {
+                rule: rule as usize,
+                triggers: triggers.into_iter().flatten().collect(),
+            })
+            .collect();
+        matches.sort_by_key(|m| m.rule);
+        matches
+    }
+}
+
+/// What the matched rules ask Herma to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing matched: forward unchanged.
+    Forward,
+    /// The highest-priority match answers directly; nothing goes upstream.
+    Respond(RuleMatch),
+    /// Every matching `shim_context` rule contributes its context, in rule order.
+    Shim(Vec<RuleMatch>),
+}
+
+/// The highest-priority match decides the kind of action: if it answers directly, it alone
+/// answers; otherwise every matching shim rule applies and direct rules below it do not.
+pub fn decide(set: &RuleSet, matches: Vec<RuleMatch>) -> Decision {
+    let Some(first) = matches.first() else {
+        return Decision::Forward;
+    };
+    if set.rule(first.rule).provision.spec.action == Action::RespondDirectly {
+        return Decision::Respond(first.clone());
+    }
+    Decision::Shim(
+        matches
+            .into_iter()
+            .filter(|m| set.rule(m.rule).provision.spec.action == Action::ShimContext)
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+//! Rendering context entries into the bounded `[NOUN CONTEXT]`, `[VERB CONTEXT]` and
+//! `[DETAIL CONTEXT]` blocks a shim adds to a request (H09).
+
+use crate::model::{ContextEntry, ContextKind, ShimmedRef};
+
+/// Default size budget of one shim, in characters.
+pub const DEFAULT_SHIM_BUDGET: usize = 8000;
+const CUT_MARKER: &str = " …[cut]";
+
+/// A resolved entry and whether it is a built-in.
+#[derive(Clone, Copy, Debug)]
+pub struct ShimEntry<'a> {
+    pub entry: &'a ContextEntry,
+    pub builtin: bool,
+}
+
+/// The shim text and the receipt's account of each entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedShim {
+    pub text: String,
+    pub refs: Vec<ShimmedRef>,
+}
+
+fn body_text(entry: &ContextEntry) -> String {
+    match &entry.spec.schema_or_body {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn heading(kind: ContextKind) -> &'static str {
+    match kind {
+        ContextKind::Noun => "[NOUN CONTEXT]",
+        ContextKind::Verb => "[VERB CONTEXT]",
+        ContextKind::Detail => "[DETAIL CONTEXT]",
+    }
+}
+
+/// Renders entries (in the order given, grouped noun, verb, detail) within `budget`
+/// characters. An entry that does not fit is cut (marked `…[cut]`); entries after the budget
+/// is spent are left out; both are recorded as `truncated`.
+pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
+    let mut text = String::new();
+    let mut used = 0usize;
+    let mut refs = Vec::with_capacity(entries.len());
+    for kind in [ContextKind::Noun, ContextKind::Verb, ContextKind::Detail] {
+        let mut heading_written = false;
+        for shim_entry in entries.iter().filter(|e| e.entry.spec.kind == kind) {
+            let entry = shim_entry.entry;
+            let title = if entry.spec.title.is_empty() {
+                entry.spec.id.as_str()
+            } else {
+                entry.spec.title.as_str()
+            };
+            let mut head = String::new();
+            if !heading_written {
+                if !text.is_empty() {
+                    head.push('\n');
+                }
+                head.push_str(heading(kind));
+                head.push('\n');
+            }
+            head.push_str(&format!(
+                "## {title} ({}, v{})\n",
+                entry.spec.id, entry.version
+            ));
+            let body = body_text(entry);
+            let body_chars = body.chars().count();
+            let head_chars = head.chars().count();
+            let left = budget.saturating_sub(used);
+            let mut record = ShimmedRef {
+                id: entry.spec.id.clone(),
+                version: entry.version,
+                kind,
+                builtin: shim_entry.builtin,
+                chars: 0,
+                truncated: false,
+            };
+            if head_chars + body_chars < left {
+                text.push_str(&head);
+                text.push_str(&body);
+                text.push('\n');
+                used += head_chars + body_chars + 1;
+                record.chars = body_chars as u64;
+                heading_written = true;
+            } else if left > head_chars + CUT_MARKER.chars().count() + 16 {
+                let keep = left - head_chars - CUT_MARKER.chars().count() - 1;
+                let cut: String = body.chars().take(keep).collect();
+                text.push_str(&head);
+                text.push_str(&cut);
+                text.push_str(CUT_MARKER);
+                text.push('\n');
+                used += head_chars + keep + CUT_MARKER.chars().count() + 1;
+                record.chars = keep as u64;
+                record.truncated = true;
+                heading_written = true;
+            } else {
+                record.truncated = true;
+            }
+            refs.push(record);
+        }
+    }
+    RenderedShim {
+        text: text.trim_end().to_owned(),
+        refs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caller::CallerScope;
+    use crate::model::ContextEntrySpec;
+    use crate::time::Timestamp;
+
+    fn entry(id: &str, kind: ContextKind, body: &str) -> ContextEntry {
+        ContextEntry {
+            caller_scope: CallerScope::system_builtin(),
+            version: 2,
+            created_at: Timestamp::default(),
+            updated_at: Timestamp::default(),
+            spec: ContextEntrySpec {
+                id: id.into(),
+                kind,
+                title: String::new(),
+                schema_or_body: serde_json::Value::String(body.into()),
+                uri: None,
+                tags: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn h09_blocks_are_grouped_by_kind_and_bounded() {
+        let verb = entry("deploy", ContextKind::Verb, "Run migrations first.");
+        let noun = entry("svc", ContextKind::Noun, "The billing service.");
+        let detail = entry("d", ContextKind::Detail, "Port 8080.");
+        let shim = render(
+            &[
+                ShimEntry {
+                    entry: &verb,
+                    builtin: false,
+                },
+                ShimEntry {
+                    entry: &noun,
+                    builtin: true,
+                },
+                ShimEntry {
+                    entry: &detail,
+                    builtin: false,
+                },
+            ],
+            10_000,
+        );
+        assert_eq!(
+            shim.text,
+            "[NOUN CONTEXT]\n## svc (svc, v2)\nThe billing service.\n\n[VERB CONTEXT]\n## deploy (deploy, v2)\nRun migrations first.\n\n[DETAIL CONTEXT]\n## d (d, v2)\nPort 8080."
+        );
+        assert_eq!(
+            shim.refs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["svc", "deploy", "d"]
+        );
+        assert!(shim.refs.iter().all(|r| !r.truncated));
+        assert!(shim.refs[0].builtin);
+    }
+
+    #[test]
+    fn over_budget_entries_are_cut_then_left_out_and_recorded() {
+        let long = entry("long", ContextKind::Verb, &"x".repeat(500));
+        let next = entry("next", ContextKind::Verb, "y");
+        let shim = render(
+            &[
+                ShimEntry {
+                    entry: &long,
+                    builtin: false,
+                },
+                ShimEntry {
+                    entry: &next,
+                    builtin: false,
+                },
+            ],
+            200,
+        );
+        assert!(
+            shim.text.chars().count() <= 200,
+            "{}",
+            shim.text.chars().count()
+        );
+        assert!(shim.text.ends_with("…[cut]"));
+        assert!(shim.refs[0].truncated && shim.refs[0].chars > 100 && shim.refs[0].chars < 500);
+        assert_eq!((shim.refs[1].truncated, shim.refs[1].chars), (true, 0));
+    }
+}

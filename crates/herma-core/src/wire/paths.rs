@@ -1,0 +1,247 @@
+//! File paths a request touches: named in tool inputs (reads, writes, edits, patches, shell
+//! commands) and mentioned in the user's text. Path-glob triggers match against these.
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+pub const MAX_PATHS: usize = 64;
+pub const MAX_PATH_CHARS: usize = 512;
+
+/// Tool-input members that hold a path (Claude Code, Codex, opencode and common MCP tools).
+const PATH_KEYS: [&str; 10] = [
+    "file_path",
+    "path",
+    "filePath",
+    "notebook_path",
+    "filename",
+    "file",
+    "target_file",
+    "paths",
+    "files",
+    "workdir",
+];
+/// Members that hold free text worth scanning: shell commands and patches.
+const TEXT_KEYS: [&str; 5] = ["command", "cmd", "patch", "input", "diff"];
+
+fn push(paths: &mut Vec<String>, candidate: &str) {
+    let candidate = candidate.trim();
+    let candidate = candidate.strip_prefix("./").unwrap_or(candidate);
+    if candidate.is_empty() || candidate.len() > MAX_PATH_CHARS || paths.len() >= MAX_PATHS {
+        return;
+    }
+    if candidate.contains("://") || candidate.contains('\n') {
+        return;
+    }
+    if !paths.iter().any(|p| p == candidate) {
+        paths.push(candidate.to_owned());
+    }
+}
+
+/// Paths in a structured tool input (`tool_use.input`, `local_shell_call.action`).
+pub fn from_tool_input(paths: &mut Vec<String>, _tool: &str, input: Option<&RawValue>) {
+    let Some(input) = input else { return };
+    if let Ok(value) = serde_json::from_str::<Value>(input.get()) {
+        walk(paths, &value, 0);
+    }
+}
+
+/// Paths in function-call `arguments` (a JSON string holding JSON) or a free-form custom tool
+/// input (for example a Codex `apply_patch` body).
+pub fn from_tool_arguments(paths: &mut Vec<String>, tool: &str, arguments: Option<&RawValue>) {
+    let Some(arguments) = arguments else { return };
+    match serde_json::from_str::<Value>(arguments.get()) {
+        Ok(Value::String(text)) => match serde_json::from_str::<Value>(&text) {
+            Ok(value @ Value::Object(_)) => walk(paths, &value, 0),
+            _ => scan_free_text(paths, &text),
+        },
+        Ok(value) => walk(paths, &value, 0),
+        Err(_) => {}
+    }
+    let _ = tool;
+}
+
+fn walk(paths: &mut Vec<String>, value: &Value, depth: usize) {
+    if depth > 8 || paths.len() >= MAX_PATHS {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match v {
+                    Value::String(s) if PATH_KEYS.contains(&key.as_str()) => push(paths, s),
+                    Value::String(s) if TEXT_KEYS.contains(&key.as_str()) => {
+                        scan_free_text(paths, s)
+                    }
+                    Value::Array(items)
+                        if PATH_KEYS.contains(&key.as_str())
+                            || TEXT_KEYS.contains(&key.as_str()) =>
+                    {
+                        // `paths: [...]`, or a command given as argv (`["cat", "src/a.rs"]`).
+                        for item in items {
+                            if let Value::String(s) = item {
+                                if PATH_KEYS.contains(&key.as_str()) {
+                                    push(paths, s);
+                                } else {
+                                    add_text_paths(paths, s);
+                                }
+                            }
+                        }
+                    }
+                    other => walk(paths, other, depth + 1),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| walk(paths, v, depth + 1)),
+        _ => {}
+    }
+}
+
+/// Patches name their files on header lines; anything else is scanned as text.
+fn scan_free_text(paths: &mut Vec<String>, text: &str) {
+    for line in text.lines() {
+        let line = line.trim_end();
+        let header = [
+            "*** Update File: ",
+            "*** Add File: ",
+            "*** Delete File: ",
+            "*** Move to: ",
+        ]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))
+        .or_else(|| {
+            ["+++ ", "--- "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+                .map(|rest| rest.split('\t').next().unwrap_or(rest))
+                .filter(|rest| *rest != "/dev/null")
+                .map(|rest| {
+                    rest.strip_prefix("a/")
+                        .or_else(|| rest.strip_prefix("b/"))
+                        .unwrap_or(rest)
+                })
+        });
+        match header {
+            Some(path) => push(paths, path),
+            None => add_text_paths(paths, line),
+        }
+    }
+}
+
+fn is_path_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '~' | '@' | '+')
+}
+
+/// Path-like tokens in prose: `src/lib.rs`, `./Cargo.toml`, `/etc/hosts`, `main.tf`.
+pub fn add_text_paths(paths: &mut Vec<String>, text: &str) {
+    for token in text.split(|c: char| !is_path_char(c)) {
+        if paths.len() >= MAX_PATHS {
+            return;
+        }
+        let token = token.trim_end_matches(['.', '-']).trim_start_matches(['-']);
+        if token.len() < 3 {
+            continue;
+        }
+        if looks_like_path(token) {
+            push(paths, token);
+        }
+    }
+}
+
+fn looks_like_path(token: &str) -> bool {
+    if token.contains('/') {
+        // At least one segment with a letter, and not only slashes and dots.
+        return token
+            .split('/')
+            .any(|seg| seg.chars().any(char::is_alphabetic))
+            && !token.contains("//");
+    }
+    // A dotfile: `.env`, `.gitignore`.
+    if let Some(rest) = token.strip_prefix('.') {
+        return rest.len() >= 2
+            && rest.starts_with(|c: char| c.is_ascii_alphabetic())
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    }
+    // A bare file name: a stem with a letter and a short extension with a letter
+    // (`main.tf`, `foo.test.ts`; not `1.2.3`, `v1.2.3` or `e.g`).
+    match token.rsplit_once('.') {
+        Some((stem, ext)) => {
+            stem.chars().any(char::is_alphabetic)
+                && (stem.len() >= 2 || ext.len() >= 2)
+                && (1..=10).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                && ext.chars().any(|c| c.is_ascii_alphabetic())
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_paths(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        add_text_paths(&mut out, text);
+        out
+    }
+
+    #[test]
+    fn prose_mentions() {
+        assert_eq!(
+            text_paths(
+                "Fix the bug in src/lib.rs and ./Cargo.toml, then check /etc/hosts and main.tf."
+            ),
+            ["src/lib.rs", "Cargo.toml", "/etc/hosts", "main.tf"]
+        );
+        assert!(
+            text_paths("version 1.2.3 or v1.2.3, e.g. this, see https://example.com/x.html")
+                .is_empty()
+        );
+        assert_eq!(
+            text_paths("never commit .env or foo.test.ts"),
+            [".env", "foo.test.ts"]
+        );
+    }
+
+    #[test]
+    fn tool_inputs_and_patches() {
+        let mut out = Vec::new();
+        let input = RawValue::from_string(
+            r#"{"file_path":"/repo/src/a.rs","command":"cat docs/b.md | head"}"#.into(),
+        )
+        .unwrap();
+        from_tool_input(&mut out, "Read", Some(&input));
+        let args = RawValue::from_string(
+            serde_json::to_string(r#"{"paths":["x/y.py"],"cmd":["rg","foo","lib/z.ts"]}"#).unwrap(),
+        )
+        .unwrap();
+        from_tool_arguments(&mut out, "shell", Some(&args));
+        let patch =
+            "*** Begin Patch\n*** Update File: crates/core/src/x.rs\n@@\n-a\n+b\n*** End Patch";
+        let freeform = RawValue::from_string(serde_json::to_string(patch).unwrap()).unwrap();
+        from_tool_arguments(&mut out, "apply_patch", Some(&freeform));
+        let diff =
+            RawValue::from_string(r#"{"diff":"--- a/old.txt\n+++ b/new.txt\n"}"#.into()).unwrap();
+        from_tool_input(&mut out, "Edit", Some(&diff));
+        assert_eq!(
+            out,
+            [
+                "/repo/src/a.rs",
+                "docs/b.md",
+                "x/y.py",
+                "lib/z.ts",
+                "crates/core/src/x.rs",
+                "old.txt",
+                "new.txt"
+            ]
+        );
+    }
+
+    #[test]
+    fn bounded() {
+        let many: String = (0..500).map(|i| format!("f{i}.rs ")).collect();
+        assert_eq!(text_paths(&many).len(), MAX_PATHS);
+    }
+}

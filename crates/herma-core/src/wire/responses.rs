@@ -1,0 +1,218 @@
+//! OpenAI Responses: `instructions`, `input` (a string or items: messages, `function_call`,
+//! `function_call_output`, `custom_tool_call`, `local_shell_call`, `additional_tools`, …),
+//! `tools`, `prompt_cache_key`.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::chat::Function;
+use super::messages::content_text;
+use super::{
+    Conversation, ConversationSource, Envelope, InsertKind, Insertion, MAX_TOOL_NAMES,
+    MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Present, Protocol, WrapKind, bounded,
+    first_message_conversation, offset_in, paths, push_unique, raw_array, raw_bool, raw_object,
+    raw_str,
+};
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Top<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow)]
+    instructions: Option<&'a RawValue>,
+    #[serde(borrow)]
+    input: Present<'a>,
+    #[serde(borrow)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt_cache_key: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Item<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    role: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow)]
+    output: Option<&'a RawValue>,
+    #[serde(borrow)]
+    action: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tools: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Tool<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function: Option<&'a RawValue>,
+}
+
+/// The developer item a shim becomes (`shim_json` is an encoded JSON string).
+pub(crate) fn developer_item(shim_json: &str) -> String {
+    format!(
+        "{{\"type\":\"message\",\"role\":\"developer\",\"content\":[{{\"type\":\"input_text\",\"text\":{shim_json}}}]}}"
+    )
+}
+
+fn text_of(content: Option<&RawValue>) -> Option<String> {
+    content_text(content, &["input_text", "text", "output_text"])
+}
+
+fn tool_name(tool: &RawValue) -> String {
+    let t: Tool<'_> = raw_object(tool);
+    raw_str(t.name)
+        .or_else(|| {
+            t.function
+                .and_then(|f| raw_str(raw_object::<Function<'_>>(f).name))
+        })
+        .or_else(|| raw_str(t.kind))
+        .unwrap_or_default()
+}
+
+pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
+    let top: Top<'_> = serde_json::from_str(body)?;
+    let mut tools_offered = Vec::new();
+    for tool in raw_array(top.tools) {
+        push_unique(&mut tools_offered, tool_name(tool), MAX_TOOL_NAMES);
+    }
+
+    let mut envelope = Envelope {
+        protocol: Protocol::Responses,
+        model: raw_str(top.model),
+        stream: raw_bool(top.stream).unwrap_or(false),
+        stream_usage: false,
+        system: raw_str(top.instructions),
+        user_text: String::new(),
+        tools_offered,
+        tools_called: Vec::new(),
+        tool_results: Vec::new(),
+        paths: Vec::new(),
+        conversation: Conversation {
+            id: String::new(),
+            source: ConversationSource::None,
+        },
+        insertion: None,
+    };
+
+    let input = top.input.0;
+    if let Some(raw) = input.filter(|raw| raw.get().starts_with('"')) {
+        // A string input is one user message.
+        let text = raw_str(Some(raw)).unwrap_or_default();
+        let start = offset_in(body, raw);
+        envelope.insertion = Some(Insertion::WrapString {
+            start,
+            end: start + raw.get().len(),
+            kind: WrapKind::ResponsesInputString,
+        });
+        envelope.conversation = first_message_conversation(Some(raw.get()));
+        envelope.user_text = text;
+    } else {
+        let items = raw_array(input);
+        let parsed: Vec<(String, String, Item<'_>, &RawValue)> = items
+            .iter()
+            .map(|raw| {
+                let item: Item<'_> = raw_object(raw);
+                (
+                    raw_str(item.kind).unwrap_or_else(|| "message".into()),
+                    raw_str(item.role).unwrap_or_default(),
+                    item,
+                    *raw,
+                )
+            })
+            .collect();
+        let mut window_start = 0;
+        let mut last_user = None;
+        for (i, (kind, role, item, _)) in parsed.iter().enumerate().rev() {
+            if kind == "message" && role == "user" {
+                last_user.get_or_insert(i);
+                if let Some(text) = text_of(item.content) {
+                    envelope.user_text = text;
+                    window_start = i;
+                    break;
+                }
+            }
+        }
+        let mut system_parts: Vec<String> = envelope.system.take().into_iter().collect();
+        for (i, (kind, role, item, _)) in parsed.iter().enumerate() {
+            let in_window = i >= window_start;
+            match kind.as_str() {
+                "message" if role == "system" || role == "developer" => {
+                    system_parts.extend(text_of(item.content))
+                }
+                "function_call" | "custom_tool_call" => {
+                    let name = raw_str(item.name).unwrap_or_default();
+                    if in_window {
+                        paths::from_tool_arguments(
+                            &mut envelope.paths,
+                            &name,
+                            item.arguments.or(item.input),
+                        );
+                    }
+                    push_unique(&mut envelope.tools_called, name, MAX_TOOL_NAMES);
+                }
+                "local_shell_call" => {
+                    if in_window {
+                        paths::from_tool_input(&mut envelope.paths, "local_shell", item.action);
+                    }
+                    push_unique(
+                        &mut envelope.tools_called,
+                        "local_shell".into(),
+                        MAX_TOOL_NAMES,
+                    );
+                }
+                "function_call_output" | "custom_tool_call_output" | "local_shell_call_output"
+                    if in_window && envelope.tool_results.len() < MAX_TOOL_RESULTS =>
+                {
+                    let text = raw_str(item.output).or_else(|| text_of(item.output));
+                    if let Some(text) = text {
+                        envelope
+                            .tool_results
+                            .push(bounded(text, MAX_TOOL_RESULT_CHARS));
+                    }
+                }
+                "additional_tools" => {
+                    for tool in raw_array(item.tools) {
+                        push_unique(&mut envelope.tools_offered, tool_name(tool), MAX_TOOL_NAMES);
+                    }
+                }
+                _ => {}
+            }
+        }
+        envelope.system = (!system_parts.is_empty()).then(|| system_parts.join("\n"));
+        envelope.conversation = first_message_conversation(
+            parsed
+                .iter()
+                .find(|(kind, role, _, _)| kind == "message" && role == "user")
+                .map(|(_, _, _, raw)| raw.get()),
+        );
+        envelope.insertion = last_user.map(|i| Insertion::At {
+            at: offset_in(body, parsed[i].3),
+            kind: InsertKind::DeveloperItem,
+        });
+    }
+    if let Some(key) = raw_str(top.prompt_cache_key).filter(|k| !k.is_empty()) {
+        envelope.conversation = Conversation {
+            id: key,
+            source: ConversationSource::Native,
+        };
+    }
+    Ok(envelope)
+}

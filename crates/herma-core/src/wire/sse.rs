@@ -1,0 +1,161 @@
+//! Server-sent events: framing events Herma writes, and an incremental reader for the events
+//! Herma relays (it only watches them; the bytes pass through unchanged).
+
+/// Appends one event to `out`: an optional `event:` line, `data:` lines, a blank line.
+pub fn write_event(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+/// One parsed event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Reads events from chunks as they arrive, across arbitrary chunk boundaries. Lines are
+/// bounded: a line longer than `max_line` is dropped rather than buffered without limit.
+#[derive(Debug)]
+pub struct Reader {
+    line: Vec<u8>,
+    current: Event,
+    has_data: bool,
+    skipping: bool,
+    max_line: usize,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self::new(1024 * 1024)
+    }
+}
+
+impl Reader {
+    pub fn new(max_line: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            current: Event::default(),
+            has_data: false,
+            skipping: false,
+            max_line,
+        }
+    }
+
+    /// Feeds a chunk; calls `on_event` for every event it completes.
+    pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(Event)) {
+        for &byte in chunk {
+            if byte == b'\n' {
+                if !self.skipping {
+                    let mut line = std::mem::take(&mut self.line);
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                    self.line_done(&line, on_event);
+                    self.line = line;
+                    self.line.clear();
+                }
+                self.skipping = false;
+            } else if !self.skipping {
+                if self.line.len() >= self.max_line {
+                    self.line.clear();
+                    self.skipping = true;
+                } else {
+                    self.line.push(byte);
+                }
+            }
+        }
+    }
+
+    fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(Event)) {
+        if line.is_empty() {
+            if self.has_data || self.current.event.is_some() {
+                on_event(std::mem::take(&mut self.current));
+            }
+            self.has_data = false;
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let value = &line[i + 1..];
+                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        let value = String::from_utf8_lossy(value);
+        match field {
+            b"event" => self.current.event = Some(value.into_owned()),
+            b"data" => {
+                if self.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(&value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(chunks: &[&[u8]]) -> Vec<Event> {
+        let mut reader = Reader::default();
+        let mut events = Vec::new();
+        for chunk in chunks {
+            reader.feed(chunk, &mut |e| events.push(e));
+        }
+        events
+    }
+
+    #[test]
+    fn events_survive_any_chunking() {
+        let mut stream = Vec::new();
+        write_event(&mut stream, Some("message_start"), "{\"a\":1}");
+        write_event(&mut stream, None, "line one\nline two");
+        stream.extend_from_slice(b": comment\r\ndata: [DONE]\r\n\r\n");
+        let whole = read_all(&[&stream]);
+        assert_eq!(whole.len(), 3);
+        assert_eq!(
+            whole[0],
+            Event {
+                event: Some("message_start".into()),
+                data: "{\"a\":1}".into()
+            }
+        );
+        assert_eq!(whole[1].data, "line one\nline two");
+        assert_eq!(whole[2].data, "[DONE]");
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(read_all(&bytes), whole);
+    }
+
+    #[test]
+    fn overlong_lines_are_dropped_not_buffered() {
+        let mut reader = Reader::new(8);
+        let mut events = Vec::new();
+        reader.feed(b"data: 0123456789abcdef\n\ndata: ok\n\n", &mut |e| {
+            events.push(e)
+        });
+        assert_eq!(
+            events,
+            vec![Event {
+                event: None,
+                data: "ok".into()
+            }]
+        );
+    }
+}

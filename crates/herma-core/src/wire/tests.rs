@@ -1,0 +1,403 @@
+//! Extraction, shim placement and direct answers against realistic harness requests
+//! (`fixtures/requests`, modelled on what Claude Code, Codex and opencode send).
+
+use serde_json::{Value, json};
+
+use super::direct::DirectAnswer;
+use super::sse::Reader;
+use super::*;
+use crate::time::Timestamp;
+
+const CLAUDE_CODE: &str = include_str!("../../fixtures/requests/claude_code_messages.json");
+const CODEX: &str = include_str!("../../fixtures/requests/codex_responses.json");
+const OPENCODE: &str = include_str!("../../fixtures/requests/opencode_chat.json");
+
+fn extract(protocol: Protocol, body: &str) -> Envelope {
+    Envelope::from_request(protocol, body.as_bytes(), &HeaderFacts::default()).unwrap()
+}
+
+fn parse(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn claude_code_messages_are_read() {
+    let e = extract(Protocol::Messages, CLAUDE_CODE);
+    assert_eq!(e.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert!(e.stream);
+    assert!(
+        e.system
+            .as_deref()
+            .unwrap()
+            .starts_with("You are Claude Code")
+    );
+    assert_eq!(
+        e.user_text,
+        "Now deploy the fix in src/deploy.rs to production"
+    );
+    assert_eq!(e.tools_offered, ["Read", "Edit", "Bash", "WebFetch"]);
+    assert_eq!(e.tools_called, ["Read", "Edit", "Bash"]);
+    assert_eq!(e.tool_results, ["error[E0308]: mismatched types", "ok"]);
+    assert_eq!(
+        e.paths,
+        [
+            "/repo/src/deploy.rs",
+            "crates/app/Cargo.toml",
+            "src/deploy.rs"
+        ]
+    );
+    assert_eq!(
+        e.conversation,
+        Conversation {
+            id: "5f0c1e7a-2d3b-4c5d-8e9f-0a1b2c3d4e5f".into(),
+            source: ConversationSource::Native
+        }
+    );
+}
+
+#[test]
+fn codex_responses_are_read() {
+    let e = extract(Protocol::Responses, CODEX);
+    assert_eq!(e.model.as_deref(), Some("gpt-5-codex"));
+    assert_eq!(
+        e.user_text,
+        "Rename the migration in db/migrations/0003_add.sql and update the release checklist"
+    );
+    assert_eq!(
+        e.tools_offered,
+        ["shell", "apply_patch", "web_search", "view_image"]
+    );
+    assert_eq!(e.tools_called, ["shell", "apply_patch"]);
+    assert_eq!(
+        e.paths,
+        [
+            "db/migrations/0003_add.sql",
+            "db/migrations/0003_add_users.sql",
+            "/repo",
+            "docs/RELEASE.md"
+        ]
+    );
+    assert_eq!(e.tool_results.len(), 2);
+    assert!(
+        e.system.as_deref().unwrap().contains("Codex")
+            && e.system.as_deref().unwrap().contains("permissions")
+    );
+    assert_eq!(e.conversation.source, ConversationSource::Native);
+    assert_eq!(e.conversation.id, "0199a2b3-c4d5-7e6f-8a9b-0c1d2e3f4a5b");
+}
+
+#[test]
+fn opencode_chat_is_read() {
+    let e = extract(Protocol::ChatCompletions, OPENCODE);
+    assert_eq!(e.user_text, "Add a bucket to infra/main.tf");
+    assert!(e.stream && e.stream_usage);
+    assert_eq!(
+        e.system.as_deref(),
+        Some("You are opencode, an interactive CLI tool.\nProject: /repo")
+    );
+    assert_eq!(e.tools_offered, ["glob", "read", "bash"]);
+    assert_eq!(e.tools_called, ["glob", "read"]);
+    assert_eq!(e.paths, ["infra/main.tf"]);
+    assert_eq!(e.tool_results, ["resource \"aws_s3_bucket\" \"a\" {}"]);
+    assert_eq!(e.conversation.source, ConversationSource::FirstMessage);
+    assert!(e.conversation.id.starts_with("fm:"));
+}
+
+#[test]
+fn conversation_identity_prefers_herma_header_then_session_headers() {
+    let headers = HeaderFacts::from_headers([
+        ("session-id", "codex-session"),
+        ("x-claude-code-session-id", "cc-session"),
+    ]);
+    assert_eq!(headers.session_id.as_deref(), Some("cc-session"));
+    let e =
+        Envelope::from_request(Protocol::ChatCompletions, OPENCODE.as_bytes(), &headers).unwrap();
+    assert_eq!(
+        e.conversation,
+        Conversation {
+            id: "cc-session".into(),
+            source: ConversationSource::Native
+        }
+    );
+    let explicit = HeaderFacts::from_headers([
+        ("x-herma-conversation-id", "mine"),
+        ("session-id", "theirs"),
+    ]);
+    let e = Envelope::from_request(Protocol::Messages, CLAUDE_CODE.as_bytes(), &explicit).unwrap();
+    assert_eq!(
+        e.conversation,
+        Conversation {
+            id: "mine".into(),
+            source: ConversationSource::Header
+        }
+    );
+}
+
+#[test]
+fn the_first_message_digest_is_stable_across_turns() {
+    let turn1 = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
+    let turn2 = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]});
+    let a = extract(Protocol::ChatCompletions, &turn1.to_string()).conversation;
+    let b = extract(Protocol::ChatCompletions, &turn2.to_string()).conversation;
+    assert_eq!(a, b);
+}
+
+/// The bytes before the insertion point are untouched and everything after follows unchanged.
+fn assert_spliced(original: &str, shimmed: &[u8]) {
+    let shimmed = std::str::from_utf8(shimmed).unwrap();
+    let common_prefix = original
+        .bytes()
+        .zip(shimmed.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let common_suffix = original
+        .bytes()
+        .rev()
+        .zip(shimmed.bytes().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        common_prefix + common_suffix >= original.len(),
+        "only the insertion differs"
+    );
+}
+
+#[test]
+fn anthropic_shims_append_a_system_block_after_the_cached_prefix() {
+    let e = extract(Protocol::Messages, CLAUDE_CODE);
+    let out = e
+        .with_shim(
+            CLAUDE_CODE.as_bytes(),
+            "[VERB CONTEXT]\nDeploy on Tuesdays.",
+        )
+        .unwrap();
+    assert_spliced(CLAUDE_CODE, &out);
+    let v = parse(&out);
+    let original = parse(CLAUDE_CODE.as_bytes());
+    let system = v["system"].as_array().unwrap();
+    assert_eq!(system.len(), 4);
+    assert_eq!(
+        &system[..3],
+        original["system"].as_array().unwrap().as_slice(),
+        "cache-marked blocks unchanged"
+    );
+    assert_eq!(
+        system[3],
+        json!({"type": "text", "text": "[VERB CONTEXT]\nDeploy on Tuesdays."})
+    );
+    assert_eq!(v["messages"], original["messages"]);
+}
+
+#[test]
+fn anthropic_shims_handle_string_null_and_absent_system() {
+    for (body, expected) in [
+        (
+            json!({"model": "m", "system": "be brief", "messages": [{"role": "user", "content": "hi"}]}),
+            json!([{"type": "text", "text": "be brief"}, {"type": "text", "text": "S"}]),
+        ),
+        (
+            json!({"model": "m", "system": null, "messages": [{"role": "user", "content": "hi"}]}),
+            json!([{"type": "text", "text": "S"}]),
+        ),
+        (
+            json!({"model": "m", "system": [], "messages": [{"role": "user", "content": "hi"}]}),
+            json!([{"type": "text", "text": "S"}]),
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            json!([{"type": "text", "text": "S"}]),
+        ),
+    ] {
+        let text = body.to_string();
+        let e = extract(Protocol::Messages, &text);
+        let out = parse(&e.with_shim(text.as_bytes(), "S").unwrap());
+        assert_eq!(out["system"], expected, "{text}");
+        assert_eq!(out["messages"], body["messages"]);
+    }
+}
+
+#[test]
+fn chat_shims_go_before_the_latest_user_message() {
+    let e = extract(Protocol::ChatCompletions, OPENCODE);
+    let out = e
+        .with_shim(OPENCODE.as_bytes(), "shim \"quoted\"\nline")
+        .unwrap();
+    assert_spliced(OPENCODE, &out);
+    let v = parse(&out);
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 10);
+    assert_eq!(
+        messages[6],
+        json!({"role": "system", "content": "shim \"quoted\"\nline"})
+    );
+    assert_eq!(messages[7]["role"], "user");
+    assert_eq!(
+        messages[7]["content"][0]["text"],
+        "Add a bucket to infra/main.tf"
+    );
+}
+
+#[test]
+fn responses_shims_become_a_developer_item_before_the_latest_user_item() {
+    let e = extract(Protocol::Responses, CODEX);
+    let out = e.with_shim(CODEX.as_bytes(), "S").unwrap();
+    assert_spliced(CODEX, &out);
+    let v = parse(&out);
+    let input = v["input"].as_array().unwrap();
+    assert_eq!(
+        input[3],
+        json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "S"}]})
+    );
+    assert_eq!(
+        input[4]["content"][0]["text"],
+        "Rename the migration in db/migrations/0003_add.sql and update the release checklist"
+    );
+    assert_eq!(
+        v["instructions"],
+        parse(CODEX.as_bytes())["instructions"],
+        "instructions untouched"
+    );
+
+    let text = json!({"model": "m", "instructions": "x", "input": "just a question"}).to_string();
+    let e = extract(Protocol::Responses, &text);
+    assert_eq!(e.user_text, "just a question");
+    let v = parse(&e.with_shim(text.as_bytes(), "S").unwrap());
+    assert_eq!(v["input"][0]["role"], "developer");
+    assert_eq!(
+        v["input"][1],
+        json!({"type": "message", "role": "user", "content": "just a question"})
+    );
+}
+
+#[test]
+fn unknown_fields_roles_and_items_are_passed_over() {
+    let body = json!({
+        "model": "m", "future_field": {"x": [1]}, "stream": "yes",
+        "messages": [{"role": "critic", "content": 7}, {"role": "user", "content": [{"type": "hologram"}, {"type": "text", "text": "hello"}]}],
+        "tools": [{"name": 5}, "not-an-object", {"name": "Ok"}]
+    })
+    .to_string();
+    let e = extract(Protocol::Messages, &body);
+    assert_eq!(e.user_text, "hello");
+    assert!(!e.stream);
+    assert_eq!(e.tools_offered, ["Ok"]);
+    for bad in [&b"[1,2]"[..], b"not json", b"\xff\xfe"] {
+        for protocol in Protocol::ALL {
+            let err = Envelope::from_request(protocol, bad, &HeaderFacts::default()).unwrap_err();
+            assert_eq!(err.code, ProblemCode::InvalidJson);
+        }
+    }
+}
+
+fn answer(protocol: Protocol, stream_usage: bool) -> DirectAnswer<'static> {
+    DirectAnswer {
+        protocol,
+        model: "m-1",
+        text: "Deploys are frozen.",
+        id_hex: "abc123",
+        created: Timestamp::from_millis(1_796_000_000_500),
+        stream_usage,
+    }
+}
+
+fn events(bytes: &[u8]) -> Vec<(Option<String>, Value)> {
+    let mut reader = Reader::default();
+    let mut out = Vec::new();
+    reader.feed(bytes, &mut |e| {
+        out.push((
+            e.event.clone(),
+            serde_json::from_str(&e.data).unwrap_or(Value::String(e.data)),
+        ))
+    });
+    out
+}
+
+#[test]
+fn direct_json_answers_are_protocol_objects_with_zero_usage() {
+    let chat = answer(Protocol::ChatCompletions, false).json();
+    assert_eq!(
+        (chat["object"].clone(), chat["id"].clone()),
+        (json!("chat.completion"), json!("chatcmpl-abc123"))
+    );
+    assert_eq!(
+        chat["choices"][0]["message"]["content"],
+        "Deploys are frozen."
+    );
+    assert_eq!(chat["usage"]["total_tokens"], 0);
+    assert_eq!(chat["created"], 1_796_000_000);
+    let resp = answer(Protocol::Responses, false).json();
+    assert_eq!(
+        (resp["object"].clone(), resp["status"].clone()),
+        (json!("response"), json!("completed"))
+    );
+    assert_eq!(
+        resp["output"][0]["content"][0]["text"],
+        "Deploys are frozen."
+    );
+    assert_eq!(resp["usage"]["total_tokens"], 0);
+    let msg = answer(Protocol::Messages, false).json();
+    assert_eq!(
+        (msg["type"].clone(), msg["stop_reason"].clone()),
+        (json!("message"), json!("end_turn"))
+    );
+    assert_eq!(msg["usage"]["output_tokens"], 0);
+}
+
+#[test]
+fn direct_streams_follow_each_protocols_event_sequence() {
+    let chat = events(&answer(Protocol::ChatCompletions, true).sse());
+    assert_eq!(chat.last().unwrap().1, json!("[DONE]"));
+    assert_eq!(chat[0].1["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(
+        chat[1].1["choices"][0]["delta"]["content"],
+        "Deploys are frozen."
+    );
+    assert_eq!(chat[2].1["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        chat[3].1["usage"]["total_tokens"], 0,
+        "usage chunk when include_usage is set"
+    );
+    assert_eq!(
+        events(&answer(Protocol::ChatCompletions, false).sse()).len(),
+        4
+    );
+
+    let resp = events(&answer(Protocol::Responses, false).sse());
+    let kinds: Vec<_> = resp.iter().map(|(e, _)| e.clone().unwrap()).collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("response.created"));
+    assert_eq!(kinds.last().map(String::as_str), Some("response.completed"));
+    for (i, (kind, data)) in resp.iter().enumerate() {
+        assert_eq!(data["type"], json!(kind), "event name and type agree");
+        assert_eq!(data["sequence_number"], i, "sequence numbers count from 0");
+    }
+    assert!(kinds.contains(&"response.output_text.delta".to_owned()));
+
+    let msg = events(&answer(Protocol::Messages, false).sse());
+    let kinds: Vec<_> = msg.iter().map(|(e, _)| e.clone().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(msg[0].1["message"]["content"], json!([]));
+}
+
+#[test]
+fn errors_use_each_protocols_shape_and_keep_the_code() {
+    let problem =
+        crate::contributor::refuse_contributor_model("x-contributor", "/model").unwrap_err();
+    let anthropic = errors::body(Protocol::Messages, &problem);
+    assert_eq!(anthropic["type"], "error");
+    assert_eq!(anthropic["error"]["type"], "permission_error");
+    assert_eq!(anthropic["error"]["code"], "contributor_tier_refused");
+    let openai = errors::body(Protocol::Responses, &problem);
+    assert_eq!(openai["error"]["code"], "contributor_tier_refused");
+    assert_eq!(openai["error"]["param"], "/model");
+}
