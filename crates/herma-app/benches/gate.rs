@@ -33,7 +33,8 @@ fn bench_gate(c: &mut Criterion) {
         );
         let clock = ManualClock::at(1_796_000_000_000);
         let settings = Settings::from_map(&Default::default()).expect("settings");
-        let app = App::with_clock(store, settings, clock.clone(), Arc::new(OsRandom));
+        let upstream = herma_app::http_upstream(&settings).expect("http client");
+        let app = App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream);
         let issued = app
             .issue_key(NewKey {
                 scopes: Scopes::parse_list("route", "s").expect("scopes"),

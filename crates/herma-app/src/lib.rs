@@ -10,41 +10,78 @@
 //! core [`herma_core::Problem`]s; the transports choose statuses.
 
 pub mod clock;
+pub mod dry_run;
 pub mod error;
 pub mod gate;
 pub mod keys;
+pub mod proxy;
+pub mod receipts;
 pub mod records;
+pub mod rule_cache;
 pub mod starters;
 pub mod storage;
 pub mod transfer;
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use herma_core::settings::Settings;
+use herma_core::{Problem, ProblemCode};
+use herma_providers::{HttpUpstream, Upstream};
 use herma_store::Store;
 
 use clock::{Clock, OsRandom, Random, SystemClock};
 use gate::Gate;
+use receipts::ReceiptWriter;
+use rule_cache::RuleCache;
 
 pub struct App {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub random: Arc<dyn Random>,
     pub gate: Gate,
+    pub rules: RuleCache,
+    pub receipts: Arc<ReceiptWriter>,
+    pub upstream: Arc<dyn Upstream>,
     pub settings: Settings,
 }
 
+/// The HTTP client the settings describe.
+pub fn http_upstream(settings: &Settings) -> Result<Arc<dyn Upstream>, Problem> {
+    HttpUpstream::new(
+        Duration::from_millis(settings.upstream_connect_timeout_ms),
+        Duration::from_millis(settings.upstream_headers_timeout_ms),
+    )
+    .map(|u| Arc::new(u) as Arc<dyn Upstream>)
+    .map_err(|e| {
+        Problem::new(
+            ProblemCode::Internal,
+            format!("the HTTP client could not start: {e}"),
+        )
+    })
+}
+
 impl App {
-    /// An app on the wall clock and the OS random source.
-    pub fn new(store: Arc<dyn Store>, settings: Settings) -> Self {
-        Self::with_clock(store, settings, Arc::new(SystemClock), Arc::new(OsRandom))
+    /// An app on the wall clock, the OS random source and the real HTTP client. Must run
+    /// inside a Tokio runtime (it starts the receipt writer).
+    pub fn new(store: Arc<dyn Store>, settings: Settings) -> Result<Self, Problem> {
+        let upstream = http_upstream(&settings)?;
+        Ok(Self::with_parts(
+            store,
+            settings,
+            Arc::new(SystemClock),
+            Arc::new(OsRandom),
+            upstream,
+        ))
     }
 
-    pub fn with_clock(
+    pub fn with_parts(
         store: Arc<dyn Store>,
         settings: Settings,
         clock: Arc<dyn Clock>,
         random: Arc<dyn Random>,
+        upstream: Arc<dyn Upstream>,
     ) -> Self {
         let gate = Gate::new(
             store.clone(),
@@ -53,12 +90,23 @@ impl App {
             settings.admin_token.clone(),
             settings.edge_secret.clone(),
         );
+        let rules = RuleCache::new(store.clone(), clock.clone(), settings.rules_cache_ttl_ms);
+        let capacity = usize::try_from(settings.receipt_queue_capacity).unwrap_or(10_000);
+        let receipts = Arc::new(ReceiptWriter::spawn(store.clone(), capacity));
         Self {
             store,
             clock,
             random,
             gate,
+            rules,
+            receipts,
+            upstream,
             settings,
         }
+    }
+
+    /// Finishes background work: every queued receipt is written.
+    pub async fn shutdown(&self) {
+        self.receipts.shutdown().await;
     }
 }

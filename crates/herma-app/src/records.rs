@@ -143,10 +143,13 @@ impl App {
         let scope = self
             .write_scope::<D>(principal, partition, record.id())
             .await?;
-        self.typed::<D>()
+        let created = self
+            .typed::<D>()
             .create(&scope, &record, self.clock.now())
             .await
-            .map_err(|e| store_problem(e, D::NOUN, record.id(), 0))
+            .map_err(|e| store_problem(e, D::NOUN, record.id(), 0))?;
+        self.rules.invalidate(&scope);
+        Ok(created)
     }
 
     /// The caller's own record, else a built-in of that id (read-only), else `not_found`.
@@ -196,10 +199,13 @@ impl App {
             )]));
         }
         let scope = self.write_scope::<D>(principal, partition, id).await?;
-        self.typed::<D>()
+        let updated = self
+            .typed::<D>()
             .update(&scope, &record, expected, self.clock.now())
             .await
-            .map_err(|e| store_problem(e, D::NOUN, id, expected))
+            .map_err(|e| store_problem(e, D::NOUN, id, expected))?;
+        self.rules.invalidate(&scope);
+        Ok(updated)
     }
 
     pub async fn delete_record<D: Managed>(
@@ -213,7 +219,9 @@ impl App {
         self.typed::<D>()
             .delete(&scope, id, expected_version)
             .await
-            .map_err(|e| store_problem(e, D::NOUN, id, expected_version.unwrap_or(0)))
+            .map_err(|e| store_problem(e, D::NOUN, id, expected_version.unwrap_or(0)))?;
+        self.rules.invalidate(&scope);
+        Ok(())
     }
 
     /// Imports validated records into `scope`, all or nothing.
@@ -222,10 +230,13 @@ impl App {
         scope: &CallerScope,
         records: &[D],
     ) -> Result<ImportSummary, Problem> {
-        self.typed::<D>()
+        let summary = self
+            .typed::<D>()
             .import(scope, records, self.clock.now())
             .await
-            .map_err(internal)
+            .map_err(internal)?;
+        self.rules.invalidate(scope);
+        Ok(summary)
     }
 
     /// Every record of `scope`, as specs (what an import takes back).

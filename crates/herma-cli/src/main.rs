@@ -167,7 +167,7 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     for m in &applied {
         tracing::info!(version = m.version, name = %m.name, "applied migration");
     }
-    let app = Arc::new(App::new(store, settings));
+    let app = Arc::new(App::new(store, settings)?);
     let starters = app.load_starters().await.map_err(|p| {
         Failure::runtime(format!(
             "loading the built-in starters failed: {}",

@@ -32,6 +32,10 @@ impl<S: Send + Sync> FromRequestParts<S> for GateFacts {
 }
 
 impl GateFacts {
+    pub fn from_headers(headers: HeaderMap) -> Self {
+        Self(headers)
+    }
+
     pub fn request(&self) -> GateRequest<'_> {
         GateRequest {
             authorization: header_str(&self.0, header::AUTHORIZATION.as_str()),

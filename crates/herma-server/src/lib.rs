@@ -43,7 +43,7 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, receipts, records, system};
+    use routes::{admin, dry_run, proxy, receipts, records, system};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::root))
         .routes(routes!(system::healthz))
@@ -67,6 +67,12 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(receipts::get_receipt))
         .routes(routes!(admin::list_keys, admin::create_key))
         .routes(routes!(admin::revoke_key))
+        .routes(routes!(proxy::chat_completions))
+        .routes(routes!(proxy::responses))
+        .routes(routes!(proxy::messages))
+        .routes(routes!(proxy::count_tokens))
+        .routes(routes!(proxy::models))
+        .routes(routes!(dry_run::dry_run))
         .split_for_parts()
 }
 
@@ -110,7 +116,10 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(app))
+    let served = axum::serve(listener, router(app.clone()))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    // In-flight requests are done; write every queued receipt before returning.
+    app.shutdown().await;
+    served
 }

@@ -523,8 +523,10 @@ fn receipt(scope: &CallerScope, id: &str, created: i64) -> InjectionReceipt {
             builtin: false,
             tier: Tier::Keyword,
             trigger: "keyword:x".into(),
+            applied: true,
         }],
         shimmed_context_refs: vec![],
+        unresolved_context_refs: vec![],
         upstream_status: Some(200),
         usage: Some(json!({"input_tokens": 3})),
         timings: Timings {

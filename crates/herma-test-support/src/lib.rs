@@ -17,6 +17,8 @@ use herma_store::{MemoryStore, Store};
 use herma_store_sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
+pub mod mock_upstream;
+
 pub use herma_store_postgres::testing::{fresh_schema_name, test_database_url};
 
 /// Which store a test app runs on.
@@ -79,12 +81,16 @@ pub async fn spawn_app(backend: Backend, overrides: &[(&str, &str)]) -> TestApp 
 /// Starts Herma over an existing store (several apps can share one, like several instances).
 pub async fn spawn_app_on(store: Arc<dyn Store>, overrides: &[(&str, &str)]) -> TestApp {
     let clock = ManualClock::at(1_796_000_000_000);
-    let app = Arc::new(App::with_clock(
+    let settings = settings(overrides);
+    let upstream = herma_app::http_upstream(&settings).expect("http client");
+    let app = Arc::new(App::with_parts(
         store,
-        settings(overrides),
+        settings,
         clock.clone(),
         Arc::new(OsRandom),
+        upstream,
     ));
+
     app.load_starters().await.expect("starters");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -47,6 +47,10 @@ pub struct MatchedRule {
     /// The trigger that fired, e.g. `keyword:deploy` or `path:**/*.tf`.
     #[cfg_attr(feature = "openapi", schema(example = "keyword:deploy"))]
     pub trigger: String,
+    /// Whether this match was applied (a lower-priority match may be outranked, and a
+    /// `once_per_conversation` rule applies once).
+    #[serde(default)]
+    pub applied: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +97,9 @@ pub struct ReceiptBody {
     pub action: ReceiptAction,
     pub matched: Vec<MatchedRule>,
     pub shimmed_context_refs: Vec<ShimmedRef>,
+    /// Context refs a matched provision named that neither the caller nor the built-ins have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_context_refs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_status: Option<u16>,
     /// Token usage as the upstream reported it, when observed.
@@ -159,8 +166,10 @@ mod tests {
                 builtin: false,
                 tier: Tier::Keyword,
                 trigger: "keyword:deploy".into(),
+                applied: true,
             }],
             shimmed_context_refs: vec![],
+            unresolved_context_refs: vec![],
             upstream_status: None,
             usage: None,
             timings: Timings::default(),

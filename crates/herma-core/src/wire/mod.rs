@@ -18,6 +18,7 @@ pub mod messages;
 pub mod paths;
 pub mod responses;
 pub mod sse;
+pub mod usage;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

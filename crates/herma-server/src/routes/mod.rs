@@ -1,7 +1,10 @@
 //! Route handlers, grouped by resource. Each handler extracts, calls one service, maps the result.
 
 pub mod admin;
+pub mod dry_run;
+pub mod proxy;
 pub mod receipts;
+
 pub mod records;
 pub mod system;
 

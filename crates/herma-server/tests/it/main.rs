@@ -7,6 +7,8 @@ mod admin;
 mod bad_input;
 mod gate;
 mod openapi;
+mod proxy;
+
 mod records;
 
 use herma_test_support::TestApp;

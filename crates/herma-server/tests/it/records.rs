@@ -378,6 +378,7 @@ async fn receipts_are_readable_only_by_their_caller() {
         action: ReceiptAction::Forwarded,
         matched: vec![],
         shimmed_context_refs: vec![],
+        unresolved_context_refs: vec![],
         upstream_status: Some(200),
         usage: None,
         timings: Timings::default(),

@@ -1,0 +1,197 @@
+//! Dry run: the proxy's pipeline on the caller's rules without touching anything — no
+//! upstream, no claims, no receipt — reporting what would happen and why.
+
+use std::collections::BTreeMap;
+
+use herma_core::contributor::refuse_contributor_model;
+use herma_core::model::MatchedRule;
+use herma_core::model::ShimmedRef;
+use herma_core::wire::direct::DirectAnswer;
+use herma_core::wire::{
+    ConversationSource, Envelope, HeaderFacts, InsertKind, Insertion, Protocol, WrapKind,
+};
+use herma_core::{CallerScope, Problem};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::App;
+use crate::proxy::{Claims, PlannedAction};
+
+/// A request to evaluate.
+#[derive(Clone, Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DryRunRequest {
+    /// Which route the body is for.
+    #[schema(value_type = String, example = "messages")]
+    pub protocol: Protocol,
+    /// The request body exactly as a harness would send it to that route.
+    #[schema(value_type = Object, example = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "deploy the fix"}]}))]
+    pub body: Value,
+    /// Request headers that matter to Herma (conversation and session ids).
+    #[serde(default)]
+    #[schema(example = json!({"x-herma-conversation-id": "demo-1"}))]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct EnvelopeView {
+    pub model: Option<String>,
+    pub stream: bool,
+    pub user_text: String,
+    pub tools_offered: Vec<String>,
+    pub tools_called: Vec<String>,
+    pub paths: Vec<String>,
+    pub conversation_id: String,
+    #[schema(value_type = String, example = "native")]
+    pub conversation_source: ConversationSource,
+}
+
+/// Matches per tier. Tiers 2 and 3 are listed for completeness; tier 1 decides today.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub struct TierMatches {
+    pub keyword: Vec<MatchedRule>,
+    pub semantic: Vec<MatchedRule>,
+    pub micromodel: Vec<MatchedRule>,
+}
+
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct ShimReport {
+    /// The exact text that would be added.
+    pub text: String,
+    /// Where it would go in this request.
+    #[schema(example = "appended as the last block of `system`")]
+    pub placement: String,
+    pub shimmed_context_refs: Vec<ShimmedRef>,
+    pub unresolved_context_refs: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct DryRunReport {
+    /// Always false: nothing was stored, claimed or sent.
+    pub persisted: bool,
+    pub upstream_contacted: bool,
+    #[schema(value_type = String, example = "messages")]
+    pub protocol: Protocol,
+    pub envelope: EnvelopeView,
+    pub tiers: TierMatches,
+    /// `forward`, `shim_context` or `respond_directly`.
+    #[schema(example = "shim_context")]
+    pub decision: &'static str,
+    /// The provision that answers (`respond_directly`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provision_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shim: Option<ShimReport>,
+    /// The answer Herma would send (`respond_directly`): the JSON object, or for a streaming
+    /// request the SSE text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub direct_response: Option<Value>,
+}
+
+/// Where a shim lands, in words.
+pub fn placement(insertion: Option<&Insertion>) -> String {
+    match insertion {
+        None => "nowhere: the request has no message to place context before".into(),
+        Some(Insertion::At { kind, .. }) => match kind {
+            InsertKind::SystemBlockAppend { .. } => "appended as the last block of `system`".into(),
+            InsertKind::SystemMember { .. } => {
+                "as a new `system` block (the request had none)".into()
+            }
+            InsertKind::ChatSystemMessage => {
+                "as a system message just before the latest user message".into()
+            }
+            InsertKind::DeveloperItem => {
+                "as a developer item just before the latest user item in `input`".into()
+            }
+        },
+        Some(Insertion::WrapString { kind, .. }) => match kind {
+            WrapKind::AnthropicSystemString => {
+                "as a second `system` block after the original system text".into()
+            }
+            WrapKind::AnthropicSystemNull => {
+                "as the `system` block (the request's `system` was null)".into()
+            }
+            WrapKind::ResponsesInputString => "as a developer item before the user's input".into(),
+        },
+    }
+}
+
+impl App {
+    pub async fn dry_run(
+        &self,
+        scope: &CallerScope,
+        request: DryRunRequest,
+    ) -> Result<DryRunReport, Problem> {
+        let body = serde_json::to_vec(&request.body).unwrap_or_default();
+        let headers: Vec<(String, String)> = request
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect();
+        let facts =
+            HeaderFacts::from_headers(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let envelope = Envelope::from_request(request.protocol, &body, &facts)
+            .map_err(|p| p.with_pointer("/body"))?;
+        if let Some(model) = &envelope.model {
+            refuse_contributor_model(model, "/body/model")?;
+        }
+        let snapshot = self.rules.snapshot(scope).await?;
+        let plan = self
+            .plan(scope, &snapshot, &envelope, Claims::DryRun)
+            .await?;
+        let mut report = DryRunReport {
+            persisted: false,
+            upstream_contacted: false,
+            protocol: request.protocol,
+            envelope: EnvelopeView {
+                model: envelope.model.clone(),
+                stream: envelope.stream,
+                user_text: envelope.user_text.clone(),
+                tools_offered: envelope.tools_offered.clone(),
+                tools_called: envelope.tools_called.clone(),
+                paths: envelope.paths.clone(),
+                conversation_id: envelope.conversation.id.clone(),
+                conversation_source: envelope.conversation.source,
+            },
+            tiers: TierMatches {
+                keyword: plan.matched,
+                ..TierMatches::default()
+            },
+            decision: "forward",
+            provision_id: None,
+            shim: None,
+            direct_response: None,
+        };
+        match plan.action {
+            PlannedAction::Forward => {}
+            PlannedAction::Respond { provision_id, text } => {
+                let answer = DirectAnswer {
+                    protocol: request.protocol,
+                    model: envelope.model.as_deref().unwrap_or_default(),
+                    text: &text,
+                    id_hex: "dryrun",
+                    created: self.clock.now(),
+                    stream_usage: envelope.stream_usage,
+                };
+                report.decision = "respond_directly";
+                report.provision_id = Some(provision_id);
+                report.direct_response = Some(if envelope.stream {
+                    Value::String(String::from_utf8_lossy(&answer.sse()).into_owned())
+                } else {
+                    answer.json()
+                });
+            }
+            PlannedAction::Shim { shim, unresolved } => {
+                report.decision = "shim_context";
+                report.shim = Some(ShimReport {
+                    placement: placement(envelope.insertion.as_ref()),
+                    text: shim.text,
+                    shimmed_context_refs: shim.refs,
+                    unresolved_context_refs: unresolved,
+                });
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,486 @@
+//! The proxy pipeline: read the envelope, refuse contributor-tier models, evaluate the caller's
+//! rules, apply `once_per_conversation`, then answer directly or shim and forward — streaming
+//! the upstream's answer back chunk by chunk — and seal a receipt off the request path.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use herma_core::contributor::refuse_contributor_model;
+use herma_core::gate::KeyPrincipal;
+use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
+use herma_core::rules::{Decision, RuleMatch, decide};
+use herma_core::shim::{RenderedShim, ShimEntry, render};
+use herma_core::upstream::{self, UpstreamAsk, forward_request_header, relay_response_header};
+use herma_core::wire::direct::DirectAnswer;
+use herma_core::wire::usage::UsageObserver;
+use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol};
+use herma_core::{CallerScope, Problem, ProblemCode};
+use herma_providers::{BodyStream, UpstreamError, UpstreamRequest};
+
+use crate::App;
+use crate::receipts::ReceiptWriter;
+use crate::rule_cache::RuleSnapshot;
+
+/// What a proxied route asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyRoute {
+    /// One of the three protocols: rules, shims, direct answers, receipts.
+    Protocol(Protocol),
+    /// Forwarded as it is (`/v1/messages/count_tokens`, `/v1/models`), in this protocol's
+    /// credential style.
+    Passthrough(Protocol),
+}
+
+pub struct ProxyRequest {
+    pub principal: KeyPrincipal,
+    pub route: ProxyRoute,
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    /// Lowercase names.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+    pub received: Instant,
+}
+
+pub enum ProxyReply {
+    /// Herma answered; `streaming` tells the transport to send `text/event-stream`.
+    Direct {
+        receipt_id: String,
+        streaming: bool,
+        body: Bytes,
+    },
+    /// The upstream's answer, relayed as it arrives.
+    Upstream {
+        receipt_id: Option<String>,
+        status: u16,
+        headers: Vec<(String, Vec<u8>)>,
+        body: BodyStream,
+    },
+}
+
+/// Whether planning may write `once_per_conversation` claims (the proxy) or not (dry run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claims {
+    Write,
+    DryRun,
+}
+
+/// What Herma will do with a request, and why.
+#[derive(Debug)]
+pub struct Plan {
+    pub matched: Vec<MatchedRule>,
+    pub action: PlannedAction,
+}
+
+#[derive(Debug)]
+pub enum PlannedAction {
+    Forward,
+    Respond {
+        provision_id: String,
+        text: String,
+    },
+    Shim {
+        shim: RenderedShim,
+        unresolved: Vec<String>,
+    },
+}
+
+impl ProxyRequest {
+    fn header_facts(&self) -> HeaderFacts {
+        HeaderFacts::from_headers(
+            self.headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v).ok()?))),
+        )
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+}
+
+fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
+    match err {
+        UpstreamError::Connect(detail) | UpstreamError::Body(detail) => Problem::new(
+            ProblemCode::UpstreamUnreachable,
+            format!("the upstream {host} could not be reached: {detail}"),
+        ),
+        UpstreamError::Timeout(after) => Problem::new(
+            ProblemCode::UpstreamTimeout,
+            format!(
+                "the upstream {host} sent no response headers within {} s",
+                after.as_secs()
+            ),
+        ),
+        UpstreamError::Redirect(status) => Problem::new(
+            ProblemCode::UpstreamRedirectRefused,
+            format!(
+                "the upstream {host} answered {status} with a redirect; Herma never follows redirects"
+            ),
+        ),
+        UpstreamError::Request(detail) => Problem::new(
+            ProblemCode::ValidationFailed,
+            format!("the upstream request is invalid: {detail}"),
+        ),
+    }
+}
+
+impl App {
+    /// Plans the action for `envelope` under `snapshot`: evaluates, decides, applies
+    /// `once_per_conversation` (claiming when `claims` is `Write`) and renders the shim.
+    pub async fn plan(
+        &self,
+        scope: &CallerScope,
+        snapshot: &RuleSnapshot,
+        envelope: &Envelope,
+        claims: Claims,
+    ) -> Result<Plan, Problem> {
+        let rules = &snapshot.rules;
+        let all = rules.evaluate(envelope);
+        let mut remaining = all.clone();
+        let mut claimed: HashSet<String> = HashSet::new();
+        let decision = loop {
+            let decision = decide(rules, remaining.clone());
+            let applied: Vec<&RuleMatch> = match &decision {
+                Decision::Forward => break decision,
+                Decision::Respond(m) => vec![m],
+                Decision::Shim(ms) => ms.iter().collect(),
+            };
+            let once: Vec<String> = applied
+                .iter()
+                .map(|m| &rules.rule(m.rule).provision.spec)
+                .filter(|p| p.once_per_conversation && !claimed.contains(&p.id))
+                .map(|p| p.id.clone())
+                .collect();
+            if once.is_empty()
+                || claims == Claims::DryRun
+                || envelope.conversation.source == ConversationSource::None
+            {
+                break decision;
+            }
+            let won = self
+                .store
+                .claim_once(scope, &envelope.conversation.id, &once, self.clock.now())
+                .await
+                .map_err(crate::error::internal)?;
+            let spent: HashSet<&String> = once.iter().filter(|id| !won.contains(id)).collect();
+            claimed.extend(won);
+            if spent.is_empty() {
+                break decision;
+            }
+            remaining.retain(|m| !spent.contains(&rules.rule(m.rule).provision.spec.id));
+        };
+
+        let applied_ids: HashSet<usize> = match &decision {
+            Decision::Forward => HashSet::new(),
+            Decision::Respond(m) => [m.rule].into(),
+            Decision::Shim(ms) => ms.iter().map(|m| m.rule).collect(),
+        };
+        let matched = all
+            .iter()
+            .map(|m| {
+                let rule = rules.rule(m.rule);
+                MatchedRule {
+                    provision_id: rule.provision.spec.id.clone(),
+                    version: rule.provision.version,
+                    builtin: rule.builtin,
+                    tier: Tier::Keyword,
+                    trigger: m.trigger(),
+                    applied: applied_ids.contains(&m.rule),
+                }
+            })
+            .collect();
+        let action = match decision {
+            Decision::Forward => PlannedAction::Forward,
+            Decision::Respond(m) => {
+                let spec = &rules.rule(m.rule).provision.spec;
+                PlannedAction::Respond {
+                    provision_id: spec.id.clone(),
+                    text: spec
+                        .response
+                        .as_ref()
+                        .map(|r| r.text.clone())
+                        .unwrap_or_default(),
+                }
+            }
+            Decision::Shim(ms) => {
+                let mut seen = HashSet::new();
+                let mut entries = Vec::new();
+                let mut unresolved = Vec::new();
+                for m in &ms {
+                    for r in &rules.rule(m.rule).provision.spec.context_refs {
+                        if !seen.insert(r.clone()) {
+                            continue;
+                        }
+                        match snapshot.context_entry(r) {
+                            Some((entry, builtin)) => entries.push(ShimEntry { entry, builtin }),
+                            None => unresolved.push(r.clone()),
+                        }
+                    }
+                }
+                let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
+                PlannedAction::Shim {
+                    shim: render(&entries, budget),
+                    unresolved,
+                }
+            }
+        };
+        Ok(Plan { matched, action })
+    }
+
+    /// Handles one proxied request.
+    pub async fn proxy(&self, request: ProxyRequest) -> Result<ProxyReply, Problem> {
+        let protocol = match request.route {
+            ProxyRoute::Passthrough(protocol) => return self.passthrough(request, protocol).await,
+            ProxyRoute::Protocol(protocol) => protocol,
+        };
+        let envelope = Envelope::from_request(protocol, &request.body, &request.header_facts())?;
+        if let Some(model) = &envelope.model {
+            refuse_contributor_model(model, "/model")?;
+        }
+        let scope = request.principal.caller_scope.clone();
+        let snapshot = self.rules.snapshot(&scope).await?;
+        let plan = self
+            .plan(&scope, &snapshot, &envelope, Claims::Write)
+            .await?;
+        let receipt_id = self.new_id("rcpt_", 16)?;
+        let decided = elapsed_micros(request.received);
+        let model = envelope.model.clone().unwrap_or_default();
+        let mut receipt = ReceiptBody {
+            caller_scope: scope,
+            protocol: protocol.as_str().to_owned(),
+            conversation_id: envelope.conversation.id.clone(),
+            model: model.clone(),
+            action: ReceiptAction::Forwarded,
+            matched: plan.matched,
+            shimmed_context_refs: Vec::new(),
+            unresolved_context_refs: Vec::new(),
+            upstream_status: None,
+            usage: None,
+            timings: Timings {
+                decision_micros: decided,
+                upstream_headers_micros: None,
+                total_micros: None,
+            },
+            created_at: self.clock.now(),
+        };
+
+        let body = match plan.action {
+            PlannedAction::Respond { text, .. } => {
+                let id_hex = self.new_id("", 12)?;
+                let answer = DirectAnswer {
+                    protocol,
+                    model: &model,
+                    text: &text,
+                    id_hex: &id_hex,
+                    created: self.clock.now(),
+                    stream_usage: envelope.stream_usage,
+                };
+                let body = if envelope.stream {
+                    Bytes::from(answer.sse())
+                } else {
+                    Bytes::from(answer.json().to_string())
+                };
+                receipt.action = ReceiptAction::RespondedDirectly;
+                receipt.timings.total_micros = Some(elapsed_micros(request.received));
+                self.receipts.submit(receipt.seal(receipt_id.clone())).await;
+                return Ok(ProxyReply::Direct {
+                    receipt_id,
+                    streaming: envelope.stream,
+                    body,
+                });
+            }
+            PlannedAction::Shim { shim, unresolved } => {
+                receipt.unresolved_context_refs = unresolved;
+                let shimmed = if shim.text.is_empty() {
+                    None
+                } else {
+                    envelope.with_shim(&request.body, &shim.text)
+                };
+                match shimmed {
+                    Some(body) => {
+                        receipt.action = ReceiptAction::Shimmed;
+                        receipt.shimmed_context_refs = shim.refs;
+                        Bytes::from(body)
+                    }
+                    None => request.body.clone(),
+                }
+            }
+            PlannedAction::Forward => request.body.clone(),
+        };
+
+        let (status, headers, body) = self
+            .forward(&request, protocol, body, Some(&receipt_id))
+            .await?;
+        receipt.upstream_status = Some(status);
+        receipt.timings.upstream_headers_micros = Some(elapsed_micros(request.received));
+        let streaming = headers
+            .iter()
+            .any(|(n, v)| n == "content-type" && v.starts_with(b"text/event-stream"));
+        let observed = ObservedBody {
+            inner: body,
+            observer: Some(UsageObserver::new(protocol, streaming)),
+            pending: Some((receipt, receipt_id.clone(), request.received)),
+            writer: self.receipts.clone(),
+        };
+        Ok(ProxyReply::Upstream {
+            receipt_id: Some(receipt_id),
+            status,
+            headers,
+            body: Box::pin(observed),
+        })
+    }
+
+    /// `/v1/messages/count_tokens` and `/v1/models`: forwarded as they are.
+    async fn passthrough(
+        &self,
+        request: ProxyRequest,
+        protocol: Protocol,
+    ) -> Result<ProxyReply, Problem> {
+        if !request.body.is_empty()
+            && let Ok(serde_json::Value::Object(body)) =
+                serde_json::from_slice::<serde_json::Value>(&request.body)
+            && let Some(model) = body.get("model").and_then(|m| m.as_str())
+        {
+            refuse_contributor_model(model, "/model")?;
+        }
+        let body = request.body.clone();
+        let (status, headers, body) = self.forward(&request, protocol, body, None).await?;
+        Ok(ProxyReply::Upstream {
+            receipt_id: None,
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Resolves the upstream (before any byte is sent), sends, and filters the response headers.
+    async fn forward(
+        &self,
+        request: &ProxyRequest,
+        protocol: Protocol,
+        body: Bytes,
+        receipt_id: Option<&str>,
+    ) -> Result<(u16, Vec<(String, Vec<u8>)>, BodyStream), Problem> {
+        let ask = UpstreamAsk {
+            protocol,
+            path: &request.path,
+            query: request.query.as_deref(),
+            base_header: upstream::BASE_URL_HEADERS
+                .iter()
+                .find_map(|h| request.header(h)),
+            key_header: request.header(upstream::API_KEY_HEADER),
+        };
+        let target = upstream::resolve(&self.settings.upstream, &ask)?;
+        let mut headers: Vec<(String, Vec<u8>)> = request
+            .headers
+            .iter()
+            .filter(|(name, _)| forward_request_header(name))
+            .cloned()
+            .collect();
+        if let Some((name, value)) = &target.credential {
+            headers.push(((*name).to_owned(), value.expose().as_bytes().to_vec()));
+        }
+        let response = self
+            .upstream
+            .send(UpstreamRequest {
+                method: request.method.clone(),
+                url: target.url.clone(),
+                headers,
+                body,
+            })
+            .await
+            .map_err(|e| upstream_problem(e, &target.host))?;
+        let mut headers: Vec<(String, Vec<u8>)> = response
+            .headers
+            .into_iter()
+            .filter(|(name, _)| relay_response_header(name))
+            .collect();
+        if let Some(id) = receipt_id {
+            headers.push(("x-herma-receipt".to_owned(), id.as_bytes().to_vec()));
+        }
+        Ok((response.status, headers, response.body))
+    }
+
+    /// `prefix` + `bytes` random bytes as lowercase hex.
+    pub fn new_id(&self, prefix: &str, bytes: usize) -> Result<String, Problem> {
+        let mut buf = vec![0u8; bytes];
+        self.random.fill(&mut buf).map_err(|e| {
+            tracing::error!(error = %e, "random source failed");
+            Problem::new(
+                ProblemCode::Internal,
+                "Herma could not complete the request",
+            )
+        })?;
+        let mut id = String::with_capacity(prefix.len() + bytes * 2);
+        id.push_str(prefix);
+        for b in buf {
+            id.push_str(&format!("{b:02x}"));
+        }
+        Ok(id)
+    }
+}
+
+fn elapsed_micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The upstream body on its way to the client: every chunk passes through untouched while the
+/// usage observer reads it; at the end — or when the client goes away and the stream is
+/// dropped, which also closes the upstream connection — the receipt is sealed and queued.
+struct ObservedBody {
+    inner: BodyStream,
+    observer: Option<UsageObserver>,
+    pending: Option<(ReceiptBody, String, Instant)>,
+    writer: Arc<ReceiptWriter>,
+}
+
+impl ObservedBody {
+    fn finish(&mut self) {
+        if let Some((mut receipt, id, received)) = self.pending.take() {
+            receipt.usage = self.observer.take().and_then(UsageObserver::finish);
+            receipt.timings.total_micros = Some(elapsed_micros(received));
+            self.writer.submit_detached(receipt.seal(id));
+        }
+    }
+}
+
+impl Stream for ObservedBody {
+    type Item = Result<Bytes, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        match this.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(observer) = this.observer.as_mut() {
+                    observer.feed(&chunk);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                this.finish();
+                Poll::Ready(Some(Err(err)))
+            }
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ObservedBody {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

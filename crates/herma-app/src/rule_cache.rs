@@ -1,0 +1,175 @@
+//! Each caller's compiled rules (their own provisions plus the built-ins) and the context
+//! entries those rules refer to, kept in memory and rebuilt only when a revision changed.
+//!
+//! A snapshot is trusted for `HERMA_RULES_CACHE_TTL_MS`; after that one cheap query reads the
+//! revision counters, and only a changed counter rebuilds. Writes through this instance
+//! invalidate at once; other instances see them within the TTL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use herma_core::model::{ContextEntry, Provision};
+use herma_core::rules::RuleSet;
+use herma_core::{CallerScope, Problem, Timestamp};
+use herma_store::{DocumentStoreExt, Revisions, Store};
+
+use crate::clock::Clock;
+use crate::error::internal;
+
+/// Snapshots beyond this are dropped wholesale and rebuilt on demand.
+const MAX_CACHED_SCOPES: usize = 10_000;
+
+/// What one caller's requests are evaluated against.
+#[derive(Debug)]
+pub struct RuleSnapshot {
+    pub rules: RuleSet,
+    /// Context entries referenced by the rules, by id: the caller's own first, else the
+    /// built-in of that id (`true`).
+    pub context: HashMap<String, (Arc<ContextEntry>, bool)>,
+}
+
+impl RuleSnapshot {
+    pub fn context_entry(&self, id: &str) -> Option<(&ContextEntry, bool)> {
+        self.context
+            .get(id)
+            .map(|(e, builtin)| (e.as_ref(), *builtin))
+    }
+}
+
+struct Cached {
+    revisions: [Revisions; 2],
+    checked_at: Timestamp,
+    snapshot: Arc<RuleSnapshot>,
+}
+
+pub struct RuleCache {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    ttl_ms: i64,
+    entries: RwLock<HashMap<CallerScope, Cached>>,
+    rebuilds: AtomicU64,
+}
+
+impl RuleCache {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, ttl_ms: u64) -> Self {
+        Self {
+            store,
+            clock,
+            ttl_ms: i64::try_from(ttl_ms).unwrap_or(1000),
+            entries: RwLock::new(HashMap::new()),
+            rebuilds: AtomicU64::new(0),
+        }
+    }
+
+    /// How many snapshots were compiled since start (for metrics and tests).
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.load(Ordering::Relaxed)
+    }
+
+    /// The caller's current snapshot.
+    pub async fn snapshot(&self, scope: &CallerScope) -> Result<Arc<RuleSnapshot>, Problem> {
+        let now = self.clock.now();
+        let cached_revisions = {
+            let entries = self.entries.read().map_err(|_| internal_lock())?;
+            match entries.get(scope) {
+                Some(c)
+                    if (0..self.ttl_ms).contains(&(now.as_millis() - c.checked_at.as_millis())) =>
+                {
+                    return Ok(c.snapshot.clone());
+                }
+                Some(c) => Some((c.revisions, c.snapshot.clone())),
+                None => None,
+            }
+        };
+        let builtin = CallerScope::system_builtin();
+        let revisions = self
+            .store
+            .revisions(&[scope.clone(), builtin.clone()])
+            .await
+            .map_err(internal)?;
+        let revisions = [
+            revisions.first().copied().unwrap_or_default(),
+            revisions.get(1).copied().unwrap_or_default(),
+        ];
+        let snapshot = match cached_revisions {
+            Some((old, snapshot)) if old == revisions => snapshot,
+            _ => Arc::new(self.build(scope, &builtin).await?),
+        };
+        let mut entries = self.entries.write().map_err(|_| internal_lock())?;
+        if entries.len() >= MAX_CACHED_SCOPES {
+            entries.clear();
+        }
+        entries.insert(
+            scope.clone(),
+            Cached {
+                revisions,
+                checked_at: now,
+                snapshot: snapshot.clone(),
+            },
+        );
+        Ok(snapshot)
+    }
+
+    async fn build(
+        &self,
+        scope: &CallerScope,
+        builtin: &CallerScope,
+    ) -> Result<RuleSnapshot, Problem> {
+        let provisions = self.store.provisions();
+        let own: Vec<Provision> = if scope.is_system_builtin() {
+            Vec::new()
+        } else {
+            provisions.list_all(scope).await.map_err(internal)?
+        };
+        let builtins: Vec<Provision> = provisions.list_all(builtin).await.map_err(internal)?;
+        let mut refs: Vec<String> = own
+            .iter()
+            .chain(&builtins)
+            .flat_map(|p| p.spec.context_refs.iter().cloned())
+            .collect();
+        refs.sort();
+        refs.dedup();
+        let entries = self.store.context_entries();
+        let mut context = HashMap::new();
+        if !refs.is_empty() {
+            for entry in entries.get_many(builtin, &refs).await.map_err(internal)? {
+                context.insert(entry.spec.id.clone(), (Arc::new(entry), true));
+            }
+            if !scope.is_system_builtin() {
+                for entry in entries.get_many(scope, &refs).await.map_err(internal)? {
+                    context.insert(entry.spec.id.clone(), (Arc::new(entry), false));
+                }
+            }
+        }
+        let rules = RuleSet::compile(
+            own.into_iter()
+                .map(|p| (Arc::new(p), false))
+                .chain(builtins.into_iter().map(|p| (Arc::new(p), true))),
+        );
+        for skipped in rules.skipped() {
+            tracing::warn!(provision = %skipped.provision_id, reason = %skipped.reason, "rule left out of matching");
+        }
+        self.rebuilds.fetch_add(1, Ordering::Relaxed);
+        Ok(RuleSnapshot { rules, context })
+    }
+
+    /// Forgets a scope's snapshot (its records changed through this instance); the built-in
+    /// scope forgets every snapshot, since every caller's rules include the built-ins.
+    pub fn invalidate(&self, scope: &CallerScope) {
+        if let Ok(mut entries) = self.entries.write() {
+            if scope.is_system_builtin() {
+                entries.clear();
+            } else {
+                entries.remove(scope);
+            }
+        }
+    }
+}
+
+fn internal_lock() -> Problem {
+    Problem::new(
+        herma_core::ProblemCode::Internal,
+        "Herma could not complete the request",
+    )
+}

@@ -1,0 +1,126 @@
+//! Watching a relayed response for the token usage the upstream reports, without changing or
+//! holding back a byte: SSE events are read as they pass; a JSON body is kept (bounded) and
+//! read at the end.
+
+use serde_json::{Map, Value};
+
+use super::Protocol;
+use super::sse::Reader;
+
+/// Largest JSON body kept for reading usage; larger bodies are relayed but not read.
+pub const MAX_OBSERVED_JSON: usize = 4 * 1024 * 1024;
+
+#[derive(Debug)]
+pub struct UsageObserver {
+    protocol: Protocol,
+    streaming: bool,
+    reader: Reader,
+    json: Vec<u8>,
+    overflowed: bool,
+    usage: Option<Map<String, Value>>,
+}
+
+impl UsageObserver {
+    /// `streaming`: the response is `text/event-stream`.
+    pub fn new(protocol: Protocol, streaming: bool) -> Self {
+        Self {
+            protocol,
+            streaming,
+            reader: Reader::default(),
+            json: Vec::new(),
+            overflowed: false,
+            usage: None,
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.streaming {
+            let protocol = self.protocol;
+            let usage = &mut self.usage;
+            self.reader.feed(chunk, &mut |event| {
+                // Cheap filter first: most events carry no usage.
+                if !event.data.contains("usage") {
+                    return;
+                }
+                if let Ok(data) = serde_json::from_str::<Value>(&event.data) {
+                    let found = match protocol {
+                        Protocol::ChatCompletions => data.get("usage"),
+                        Protocol::Responses => data.get("response").and_then(|r| r.get("usage")),
+                        Protocol::Messages => data
+                            .get("message")
+                            .and_then(|m| m.get("usage"))
+                            .or_else(|| data.get("usage")),
+                    };
+                    if let Some(Value::Object(found)) = found {
+                        merge(usage, found);
+                    }
+                }
+            });
+        } else if !self.overflowed {
+            if self.json.len() + chunk.len() > MAX_OBSERVED_JSON {
+                self.overflowed = true;
+                self.json = Vec::new();
+            } else {
+                self.json.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    /// The usage reported, if any (Anthropic's `message_start` and `message_delta` are merged).
+    pub fn finish(mut self) -> Option<Value> {
+        if !self.streaming
+            && !self.overflowed
+            && let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&self.json)
+            && let Some(Value::Object(found)) = body.get("usage")
+        {
+            merge(&mut self.usage, found);
+        }
+        self.usage.map(Value::Object)
+    }
+}
+
+fn merge(into: &mut Option<Map<String, Value>>, from: &Map<String, Value>) {
+    let target = into.get_or_insert_with(Map::new);
+    for (key, value) in from {
+        if !value.is_null() {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_usage_merges_start_and_delta() {
+        let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n\
+                      event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n\
+                      event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n";
+        let mut o = UsageObserver::new(Protocol::Messages, true);
+        for chunk in stream.as_bytes().chunks(7) {
+            o.feed(chunk);
+        }
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}))
+        );
+    }
+
+    #[test]
+    fn responses_and_chat_streams_and_json_bodies() {
+        let mut o = UsageObserver::new(Protocol::Responses, true);
+        o.feed(b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"total_tokens\":9}}}\n\n");
+        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 9})));
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
+        o.feed(b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n");
+        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, false);
+        o.feed(b"{\"id\":\"x\",\"usage\":{\"prompt_tokens\":");
+        o.feed(b"4}}");
+        assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
+        let mut o = UsageObserver::new(Protocol::Messages, false);
+        o.feed(b"not json");
+        assert_eq!(o.finish(), None);
+    }
+}

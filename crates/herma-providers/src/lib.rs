@@ -1,0 +1,152 @@
+//! Sending one request to an upstream model API and streaming its answer back.
+//!
+//! [`Upstream`] is the port the services use; [`HttpUpstream`] implements it with reqwest
+//! (rustls, HTTP/1.1 and HTTP/2). It never follows a redirect (a 3xx is an error, so a caller's
+//! credential can never be carried to a third host), never retries, and bounds the wait for the
+//! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
+//! closes the upstream connection — that is how a client disconnect cancels the upstream call.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use thiserror::Error;
+
+/// A response body arriving chunk by chunk.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, UpstreamError>> + Send>>;
+
+/// One request to send. Header names are lowercase.
+#[derive(Clone)]
+pub struct UpstreamRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+}
+
+impl std::fmt::Debug for UpstreamRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print headers: they carry credentials.
+        f.debug_struct("UpstreamRequest")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: BodyStream,
+}
+
+/// Why an upstream call failed. Nothing here echoes upstream bodies or credentials.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum UpstreamError {
+    #[error("could not connect: {0}")]
+    Connect(String),
+    #[error("no response headers within {0:?}")]
+    Timeout(Duration),
+    #[error("the upstream answered {0} with a redirect; redirects are never followed")]
+    Redirect(u16),
+    #[error("the request could not be built: {0}")]
+    Request(String),
+    #[error("the response body failed: {0}")]
+    Body(String),
+}
+
+/// The port: send one request, get its status, headers and streaming body.
+#[async_trait]
+pub trait Upstream: Send + Sync {
+    async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError>;
+}
+
+/// The HTTP implementation.
+#[derive(Clone)]
+pub struct HttpUpstream {
+    client: reqwest::Client,
+    headers_timeout: Duration,
+}
+
+impl HttpUpstream {
+    /// A client that connects within `connect_timeout`, waits at most `headers_timeout` for the
+    /// response headers, follows no redirects and retries nothing.
+    pub fn new(
+        connect_timeout: Duration,
+        headers_timeout: Duration,
+    ) -> Result<Self, UpstreamError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| UpstreamError::Request(e.to_string()))?;
+        Ok(Self {
+            client,
+            headers_timeout,
+        })
+    }
+}
+
+#[async_trait]
+impl Upstream for HttpUpstream {
+    async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|e| UpstreamError::Request(e.to_string()))?;
+        let mut builder = self.client.request(method, &request.url);
+        for (name, value) in &request.headers {
+            builder = builder.header(name.as_str(), value.as_slice());
+        }
+        if !request.body.is_empty() {
+            builder = builder.body(request.body);
+        }
+        let response = match tokio::time::timeout(self.headers_timeout, builder.send()).await {
+            Err(_) => return Err(UpstreamError::Timeout(self.headers_timeout)),
+            Ok(Err(e)) if e.is_builder() => return Err(UpstreamError::Request(e.to_string())),
+            Ok(Err(e)) => return Err(UpstreamError::Connect(describe(&e))),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            return Err(UpstreamError::Redirect(status));
+        }
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        let body = response
+            .bytes_stream()
+            .map(|chunk| chunk.map_err(|e| UpstreamError::Body(describe(&e))));
+        Ok(UpstreamResponse {
+            status,
+            headers,
+            body: Box::pin(body),
+        })
+    }
+}
+
+/// What went wrong, with the cause chain but without the URL (it may carry a caller's path).
+fn describe(err: &reqwest::Error) -> String {
+    let mut text = if err.is_connect() {
+        "connection failed"
+    } else if err.is_timeout() {
+        "timed out"
+    } else if err.is_body() || err.is_decode() {
+        "body failed"
+    } else {
+        "request failed"
+    }
+    .to_owned();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,268 @@
+//! The proxied routes: the three wire protocols, plus `count_tokens` and `models` forwarded as
+//! they are. Herma's own errors here use each protocol's error shape (and the same `code`).
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use herma_app::proxy::{ProxyReply, ProxyRequest, ProxyRoute};
+use herma_core::gate::{Principal, Requirement};
+use herma_core::wire::{Protocol, errors};
+use herma_core::{Problem, ProblemCode};
+
+use crate::AppState;
+use crate::error::status_of;
+use crate::extract::GateFacts;
+
+/// A problem rendered in a protocol's own error shape.
+pub struct ProtocolError(pub Protocol, pub Problem);
+
+impl IntoResponse for ProtocolError {
+    fn into_response(self) -> Response {
+        let status = status_of(self.1.code);
+        let mut response = (status, errors::body(self.0, &self.1).to_string()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.1.code == ProblemCode::Unauthorized {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"herma\""),
+            );
+        }
+        response
+    }
+}
+
+async fn handle(
+    state: AppState,
+    route: ProxyRoute,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let received = Instant::now();
+    let protocol = match route {
+        ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
+    };
+    let facts = GateFacts::from_headers(headers.clone());
+    let principal = match state
+        .app
+        .gate
+        .admit(&facts.request(), Requirement::Route, None)
+        .await
+    {
+        Ok(Principal::Key(key)) => key,
+        Ok(Principal::Bootstrap) => {
+            return ProtocolError(
+                protocol,
+                Problem::new(
+                    ProblemCode::InsufficientScope,
+                    "the bootstrap token cannot route model traffic",
+                ),
+            )
+            .into_response();
+        }
+        Err(problem) => return ProtocolError(protocol, problem).into_response(),
+    };
+    let limit = usize::try_from(state.app.settings.proxy_max_body_bytes).unwrap_or(usize::MAX);
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(_) => {
+            return ProtocolError(
+                protocol,
+                Problem::new(
+                    ProblemCode::PayloadTooLarge,
+                    format!("the body is larger than {limit} bytes"),
+                ),
+            )
+            .into_response();
+        }
+    };
+    let request = ProxyRequest {
+        principal,
+        route,
+        method: method.as_str().to_owned(),
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        body,
+        received,
+    };
+    match state.app.proxy(request).await {
+        Ok(ProxyReply::Direct {
+            receipt_id,
+            streaming,
+            body,
+        }) => {
+            let content_type = if streaming {
+                "text/event-stream; charset=utf-8"
+            } else {
+                "application/json"
+            };
+            let mut response = (StatusCode::OK, body).into_response();
+            let h = response.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            if streaming {
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            }
+            if let Ok(v) = HeaderValue::from_str(&receipt_id) {
+                h.insert("x-herma-receipt", v);
+            }
+            response
+        }
+        Ok(ProxyReply::Upstream {
+            status,
+            headers,
+            body,
+            ..
+        }) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut response = Response::new(Body::from_stream(body));
+            *response.status_mut() = status;
+            let h = response.headers_mut();
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_bytes(&value),
+                ) {
+                    h.append(name, value);
+                }
+            }
+            response
+        }
+        Err(problem) => ProtocolError(protocol, problem).into_response(),
+    }
+}
+
+/// OpenAI Chat Completions through Herma.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy",
+    description = "Send exactly what you would send to the Chat Completions API, with your Herma key as the API key. Herma answers directly or shims context (a system message before the latest user message) and forwards to the upstream named by `X-Upstream-Base-Url` or the operator's configuration. Streaming (SSE) is relayed as it arrives. The response carries `x-herma-receipt`.",
+    request_body(content = Object, description = "A Chat Completions request"),
+    responses((status = 200, description = "The completion, as JSON or an SSE stream"),
+        (status = 401, description = "Invalid Herma key (OpenAI error shape)"),
+        (status = 403, description = "Refused: contributor-tier model, upstream host not allowed, …")),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(
+        state,
+        ProxyRoute::Protocol(Protocol::ChatCompletions),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// OpenAI Responses through Herma.
+#[utoipa::path(post, path = "/v1/responses", tag = "proxy",
+    description = "Send exactly what you would send to the Responses API (Codex does). A shim becomes a developer item before the latest user item. Streaming events are relayed as they arrive.",
+    request_body(content = Object, description = "A Responses request"),
+    responses((status = 200, description = "The response, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key")),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn responses(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(
+        state,
+        ProxyRoute::Protocol(Protocol::Responses),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Anthropic Messages through Herma.
+#[utoipa::path(post, path = "/v1/messages", tag = "proxy",
+    description = "Send exactly what you would send to the Messages API (Claude Code does, including `?beta=true`). A shim is appended as the last `system` block, after any cache-marked blocks. Streaming events are relayed as they arrive.",
+    request_body(content = Object, description = "A Messages request"),
+    responses((status = 200, description = "The message, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key (Anthropic error shape)")),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn messages(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(
+        state,
+        ProxyRoute::Protocol(Protocol::Messages),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Anthropic token counting, forwarded as it is.
+#[utoipa::path(post, path = "/v1/messages/count_tokens", tag = "proxy",
+    request_body(content = Object, description = "A count_tokens request"),
+    responses((status = 200, description = "The upstream's answer")),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(
+        state,
+        ProxyRoute::Passthrough(Protocol::Messages),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// The upstream's model list, forwarded as it is (Anthropic credential style when the client
+/// sends `anthropic-version`, OpenAI's otherwise).
+#[utoipa::path(get, path = "/v1/models", tag = "proxy",
+    responses((status = 200, description = "The upstream's answer")),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn models(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let protocol = if headers.contains_key("anthropic-version") {
+        Protocol::Messages
+    } else {
+        Protocol::ChatCompletions
+    };
+    handle(
+        state,
+        ProxyRoute::Passthrough(protocol),
+        method,
+        uri,
+        headers,
+        body,
+    )
+    .await
+}
