@@ -10,6 +10,7 @@ mod openapi;
 mod proxy;
 
 mod records;
+mod sdk;
 
 use herma_test_support::TestApp;
 use reqwest::{Method, StatusCode};
