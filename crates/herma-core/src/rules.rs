@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobMatcher};
 use regex::RegexSetBuilder;
 
 use crate::model::provision::MAX_REGEX_COMPILED_BYTES;
@@ -62,7 +62,7 @@ pub struct RuleSet {
     keyword_owners: Vec<(String, Vec<(u32, u32)>)>,
     regexes: Option<regex::RegexSet>,
     regex_owners: Vec<(u32, u32)>,
-    globs: Option<GlobSet>,
+    globs: GlobIndex,
     glob_owners: Vec<(u32, u32)>,
     tools: HashMap<String, Vec<(u32, u32)>>,
     skipped: Vec<SkippedRule>,
@@ -107,7 +107,7 @@ impl RuleSet {
         let mut set = RuleSet::default();
         let mut keyword_index: HashMap<String, usize> = HashMap::new();
         let mut regex_patterns = Vec::new();
-        let mut glob_builder = GlobSetBuilder::new();
+        let mut glob_patterns = Vec::new();
         for (r, rule) in rules.iter().enumerate() {
             let t = &rule.provision.spec.triggers;
             for (k, keyword) in t.keywords.iter().enumerate() {
@@ -125,7 +125,7 @@ impl RuleSet {
             for (k, pattern) in t.paths.iter().enumerate() {
                 match GlobBuilder::new(pattern).literal_separator(true).build() {
                     Ok(glob) => {
-                        glob_builder.add(glob);
+                        glob_patterns.push((pattern.as_str(), glob.compile_matcher()));
                         set.glob_owners.push((r as u32, k as u32));
                     }
                     Err(e) => set.skipped.push(SkippedRule {
@@ -198,9 +198,7 @@ impl RuleSet {
                 }
             }
         }
-        if !set.glob_owners.is_empty() {
-            set.globs = glob_builder.build().ok();
-        }
+        set.globs = GlobIndex::new(glob_patterns);
         set.rules = rules;
         set
     }
@@ -262,14 +260,12 @@ impl RuleSet {
                 hit(rule, REGEX, 1, format!("regex:{pattern}"));
             }
         }
-        if let Some(globs) = &self.globs {
-            for path in &envelope.paths {
-                for i in globs.matches(path) {
-                    let (rule, k) = self.glob_owners[i];
-                    let glob = &self.rules[rule as usize].provision.spec.triggers.paths[k as usize];
-                    hit(rule, PATH, 2, format!("path:{glob}"));
-                }
-            }
+        for path in &envelope.paths {
+            self.globs.matches(path, &mut |i| {
+                let (rule, k) = self.glob_owners[i];
+                let glob = &self.rules[rule as usize].provision.spec.triggers.paths[k as usize];
+                hit(rule, PATH, 2, format!("path:{glob}"));
+            });
         }
         if !self.tools.is_empty() {
             for tool in envelope.tools_offered.iter().chain(&envelope.tools_called) {
@@ -297,6 +293,127 @@ impl RuleSet {
             .collect();
         matches.sort_by_key(|m| m.rule);
         matches
+    }
+}
+
+/// Path globs, pre-filtered by literals: each glob's longest required literal (`module7/`,
+/// `.tf`) goes into one automaton, so a path is tested only against globs whose literal it
+/// contains. Globs without a usable literal (`**/*`) are always tested.
+#[derive(Debug, Default)]
+struct GlobIndex {
+    matchers: Vec<GlobMatcher>,
+    literals: Option<AhoCorasick>,
+    /// Per literal: the globs requiring it.
+    literal_globs: Vec<Vec<usize>>,
+    always: Vec<usize>,
+}
+
+/// The longest literal every match of `glob` must contain, if at least two bytes long.
+/// Bracket classes and brace alternations are skipped: their text is not required.
+fn required_literal(glob: &str) -> Option<String> {
+    let mut best = String::new();
+    let mut current = String::new();
+    let mut depth_brace = 0usize;
+    let mut in_class = false;
+    let mut chars = glob.chars();
+    while let Some(c) = chars.next() {
+        let literal = match c {
+            '[' if !in_class => {
+                in_class = true;
+                false
+            }
+            ']' if in_class => {
+                in_class = false;
+                false
+            }
+            '{' if !in_class => {
+                depth_brace += 1;
+                false
+            }
+            '}' if !in_class && depth_brace > 0 => {
+                depth_brace -= 1;
+                false
+            }
+            '*' | '?' | '\\' if !in_class => {
+                if c == '\\' {
+                    chars.next();
+                }
+                false
+            }
+            _ => !in_class && depth_brace == 0,
+        };
+        if literal {
+            current.push(c);
+        } else {
+            if current.len() > best.len() {
+                best = std::mem::take(&mut current);
+            }
+            current.clear();
+        }
+    }
+    if current.len() > best.len() {
+        best = current;
+    }
+    (best.len() >= 2).then_some(best)
+}
+
+impl GlobIndex {
+    fn new(globs: Vec<(&str, GlobMatcher)>) -> Self {
+        let mut index = GlobIndex::default();
+        let mut literal_slots: HashMap<String, usize> = HashMap::new();
+        let mut literals = Vec::new();
+        for (i, (pattern, matcher)) in globs.into_iter().enumerate() {
+            index.matchers.push(matcher);
+            match required_literal(pattern) {
+                Some(literal) => {
+                    let slot = *literal_slots.entry(literal.clone()).or_insert_with(|| {
+                        literals.push(literal);
+                        index.literal_globs.push(Vec::new());
+                        literals.len() - 1
+                    });
+                    index.literal_globs[slot].push(i);
+                }
+                None => index.always.push(i),
+            }
+        }
+        if !literals.is_empty() {
+            index.literals = AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .build(&literals)
+                .ok();
+            if index.literals.is_none() {
+                // Cannot pre-filter: test every glob.
+                index.always = (0..index.matchers.len()).collect();
+                index.literal_globs.clear();
+            }
+        }
+        index
+    }
+
+    /// Calls `on_match` with the index of every glob matching `path`, once each.
+    fn matches(&self, path: &str, on_match: &mut dyn FnMut(usize)) {
+        if self.matchers.is_empty() {
+            return;
+        }
+        let mut tested: Vec<usize> = Vec::new();
+        let mut test = |i: usize, tested: &mut Vec<usize>| {
+            if !tested.contains(&i) {
+                tested.push(i);
+                if self.matchers[i].is_match(path) {
+                    on_match(i);
+                }
+            }
+        };
+        for &i in &self.always {
+            test(i, &mut tested);
+        }
+        if let Some(literals) = &self.literals {
+            for m in literals.find_overlapping_iter(path) {
+                for &i in &self.literal_globs[m.pattern().as_usize()] {
+                    test(i, &mut tested);
+                }
+            }
+        }
     }
 }
 

@@ -348,3 +348,69 @@ fn disabled_provisions_never_fire_and_globs_respect_separators() {
         1
     );
 }
+
+#[test]
+fn required_literals_skip_wildcards_classes_and_alternations() {
+    assert_eq!(
+        required_literal("**/module7/*.rs").as_deref(),
+        Some("/module7/")
+    );
+    assert_eq!(required_literal("**/*.tf").as_deref(), Some(".tf"));
+    assert_eq!(required_literal("src/{a,bcdef}/x"), Some("src/".into()));
+    assert_eq!(required_literal("[abcdef]*"), None);
+    assert_eq!(required_literal("**/*"), None);
+}
+
+#[test]
+fn prefiltered_globs_match_like_plain_globs() {
+    let globs = [
+        "**/*.tf",
+        "src/*.rs",
+        "**/migrations/**",
+        "{docs,guides}/**/*.md",
+        "*",
+        "**/[Mm]akefile",
+    ];
+    let set = RuleSet::compile(globs.iter().enumerate().map(|(i, g)| {
+        provision(
+            &format!("g{i}"),
+            0,
+            TriggerMode::Any,
+            Triggers {
+                paths: vec![g.to_string()],
+                ..Triggers::default()
+            },
+            Action::ShimContext,
+        )
+    }));
+    for path in [
+        "infra/main.tf",
+        "src/lib.rs",
+        "src/a/lib.rs",
+        "db/migrations/0001.sql",
+        "docs/x/y.md",
+        "guides/a.md",
+        "README",
+        "tools/Makefile",
+        "tools/makefile",
+    ] {
+        let got: Vec<String> = matched_ids(&set, &envelope("", &[path], &[]))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let want: Vec<String> = globs
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| {
+                globset::GlobBuilder::new(g)
+                    .literal_separator(true)
+                    .build()
+                    .unwrap()
+                    .compile_matcher()
+                    .is_match(path)
+            })
+            .map(|(i, _)| format!("g{i}"))
+            .collect();
+        assert_eq!(got, want, "{path}");
+    }
+}

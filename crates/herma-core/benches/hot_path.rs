@@ -1,0 +1,159 @@
+//! The request hot path's pure parts: reading an envelope, evaluating tier-1 rules, rendering
+//! a shim and splicing it. Rule evaluation is measured over 100, 1,000 and 10,000 keyword rules
+//! (the index should make these cost about the same).
+
+// A benchmark fails loudly on a broken fixture.
+#![allow(clippy::expect_used)]
+
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_main};
+use herma_core::CallerScope;
+use herma_core::Timestamp;
+use herma_core::model::{
+    Action, ContextEntry, ContextEntrySpec, ContextKind, Provision, ProvisionSpec, TriggerMode,
+    Triggers,
+};
+use herma_core::rules::RuleSet;
+use herma_core::shim::{ShimEntry, render};
+use herma_core::wire::{Envelope, HeaderFacts, Protocol};
+
+const CLAUDE_CODE: &str = include_str!("../fixtures/requests/claude_code_messages.json");
+const CODEX: &str = include_str!("../fixtures/requests/codex_responses.json");
+const OPENCODE: &str = include_str!("../fixtures/requests/opencode_chat.json");
+
+fn provision(i: usize, triggers: Triggers) -> (Arc<Provision>, bool) {
+    let spec = ProvisionSpec {
+        id: format!("rule-{i:05}"),
+        description: String::new(),
+        action: Action::ShimContext,
+        priority: (i % 7) as i32,
+        trigger_mode: TriggerMode::Any,
+        triggers,
+        context_refs: vec!["ctx".into()],
+        response: None,
+        once_per_conversation: false,
+        enabled: true,
+    };
+    (
+        Arc::new(Provision {
+            caller_scope: CallerScope::system_builtin(),
+            version: 1,
+            created_at: Timestamp::default(),
+            updated_at: Timestamp::default(),
+            spec,
+        }),
+        false,
+    )
+}
+
+/// `n` keyword rules (two keywords each, one regex in every 50th, a glob in every 100th);
+/// exactly one of them matches the benchmark prompt.
+fn rules(n: usize) -> RuleSet {
+    RuleSet::compile((0..n).map(|i| {
+        let mut t = Triggers {
+            keywords: vec![format!("topic{i}"), format!("subject {i}")],
+            ..Triggers::default()
+        };
+        if i % 50 == 0 {
+            t.regex = vec![format!(r"\bticket-{i}\b")];
+        }
+        if i % 100 == 0 {
+            t.paths = vec![format!("**/module{i}/*.rs")];
+        }
+        if i == n / 2 {
+            t.keywords.push("deploy".into());
+        }
+        provision(i, t)
+    }))
+}
+
+fn bench_rules(c: &mut Criterion) {
+    let envelope = Envelope::from_request(
+        Protocol::Messages,
+        CLAUDE_CODE.as_bytes(),
+        &HeaderFacts::default(),
+    )
+    .expect("fixture");
+    let mut group = c.benchmark_group("tier1 evaluate");
+    for n in [100, 1_000, 10_000] {
+        let set = rules(n);
+        assert_eq!(set.evaluate(&envelope).len(), 1);
+        group.bench_with_input(BenchmarkId::from_parameter(n), &set, |b, set| {
+            b.iter(|| black_box(set.evaluate(black_box(&envelope))))
+        });
+    }
+    group.finish();
+    c.bench_function("tier1 compile 1000 rules", |b| {
+        b.iter(|| black_box(rules(1_000)))
+    });
+}
+
+fn bench_envelopes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("envelope");
+    for (name, protocol, body) in [
+        ("claude code messages", Protocol::Messages, CLAUDE_CODE),
+        ("codex responses", Protocol::Responses, CODEX),
+        ("opencode chat", Protocol::ChatCompletions, OPENCODE),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                black_box(Envelope::from_request(
+                    protocol,
+                    black_box(body.as_bytes()),
+                    &HeaderFacts::default(),
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn bench_shim(c: &mut Criterion) {
+    let entries: Vec<ContextEntry> = (0..4)
+        .map(|i| ContextEntry {
+            caller_scope: CallerScope::system_builtin(),
+            version: 1,
+            created_at: Timestamp::default(),
+            updated_at: Timestamp::default(),
+            spec: ContextEntrySpec {
+                id: format!("entry-{i}"),
+                kind: [
+                    ContextKind::Noun,
+                    ContextKind::Verb,
+                    ContextKind::Detail,
+                    ContextKind::Verb,
+                ][i],
+                title: format!("Entry {i}"),
+                schema_or_body: serde_json::Value::String(
+                    "Run the migrations before the canary. ".repeat(10),
+                ),
+                uri: None,
+                tags: vec![],
+            },
+        })
+        .collect();
+    let shim_entries: Vec<ShimEntry<'_>> = entries
+        .iter()
+        .map(|entry| ShimEntry {
+            entry,
+            builtin: false,
+        })
+        .collect();
+    c.bench_function("shim render 4 entries", |b| {
+        b.iter(|| black_box(render(black_box(&shim_entries), 8000)))
+    });
+    let envelope = Envelope::from_request(
+        Protocol::Messages,
+        CLAUDE_CODE.as_bytes(),
+        &HeaderFacts::default(),
+    )
+    .expect("fixture");
+    let text = render(&shim_entries, 8000).text;
+    c.bench_function("shim splice into claude code request", |b| {
+        b.iter(|| black_box(envelope.with_shim(CLAUDE_CODE.as_bytes(), black_box(&text))))
+    });
+}
+
+criterion_group!(benches, bench_rules, bench_envelopes, bench_shim);
+criterion_main!(benches);
