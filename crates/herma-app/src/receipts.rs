@@ -12,6 +12,8 @@ use tokio::task::JoinHandle;
 
 /// Receipts written per store call at most.
 const MAX_BATCH: usize = 256;
+/// How long a partial batch waits for more receipts before it is written.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// What the writer task receives.
 enum Message {
@@ -113,6 +115,17 @@ impl ReceiptWriter {
 async fn drain(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>) {
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
+        // Under light load receipts trickle in one by one; waiting a moment lets one write
+        // carry many of them instead of paying a round trip each.
+        if messages.len() < MAX_BATCH {
+            tokio::time::sleep(LINGER).await;
+            while messages.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(message) => messages.push(message),
+                    Err(_) => break,
+                }
+            }
+        }
         let mut batch = Vec::with_capacity(messages.len());
         let mut flushes = Vec::new();
         for message in messages.drain(..) {

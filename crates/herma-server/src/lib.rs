@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::serve::ListenerExt;
 use herma_app::App;
 use herma_core::{Problem, ProblemCode};
 use tokio::net::TcpListener;
@@ -116,6 +117,12 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Small writes (SSE events) go out at once instead of waiting on Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY");
+        }
+    });
     let served = axum::serve(listener, router(app.clone()))
         .with_graceful_shutdown(shutdown)
         .await;

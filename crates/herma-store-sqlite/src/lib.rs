@@ -35,6 +35,9 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
+/// Receipts per INSERT statement (5 parameters each, far below SQLite's limit).
+const RECEIPT_CHUNK: usize = 64;
+
 pub struct SqliteStore {
     pool: SqlitePool,
 }
@@ -357,23 +360,45 @@ impl ReceiptStore for SqliteStore {
         if receipts.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        for receipt in receipts {
-            let body = serde_json::to_string(receipt).map_err(backend)?;
-            sqlx::query(
-                "INSERT INTO injection_receipts (caller_scope, id, sha256, body, created_at)
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (caller_scope, id) DO NOTHING",
-            )
-            .bind(receipt.body.caller_scope.as_str())
-            .bind(&receipt.id)
-            .bind(&receipt.sha256)
-            .bind(body)
-            .bind(receipt.body.created_at.as_millis())
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        // One multi-row statement per chunk: each statement is a round trip to SQLite's worker
+        // thread, which costs more than the insert itself. One chunk needs no transaction.
+        let mut conn = self.pool.acquire().await.map_err(backend)?;
+        let single = receipts.len() <= RECEIPT_CHUNK;
+        if !single {
+            (&mut *conn).execute("BEGIN").await.map_err(backend)?;
         }
-        tx.commit().await.map_err(backend)
+        for chunk in receipts.chunks(RECEIPT_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO injection_receipts (caller_scope, id, sha256, body, created_at) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                sql.push_str(if i == 0 {
+                    "(?, ?, ?, ?, ?)"
+                } else {
+                    ", (?, ?, ?, ?, ?)"
+                });
+            }
+            sql.push_str(" ON CONFLICT (caller_scope, id) DO NOTHING");
+            let mut query = sqlx::query(&sql);
+            for receipt in chunk {
+                query = query
+                    .bind(receipt.body.caller_scope.as_str())
+                    .bind(&receipt.id)
+                    .bind(&receipt.sha256)
+                    .bind(serde_json::to_string(receipt).map_err(backend)?)
+                    .bind(receipt.body.created_at.as_millis());
+            }
+            if let Err(err) = query.execute(&mut *conn).await {
+                if !single {
+                    let _ = (&mut *conn).execute("ROLLBACK").await;
+                }
+                return Err(backend(err));
+            }
+        }
+        if !single {
+            (&mut *conn).execute("COMMIT").await.map_err(backend)?;
+        }
+        Ok(())
     }
 
     async fn get_receipt(

@@ -47,6 +47,8 @@ impl Recorded {
 
 #[derive(Clone, Default)]
 struct Shared {
+    /// Benchmarks turn recording off so memory stays flat under load.
+    record: bool,
     recorded: Arc<Mutex<Vec<Recorded>>>,
     hold: Arc<Notify>,
     /// Streams whose reader went away before the end (the downstream closed the connection).
@@ -63,12 +65,23 @@ pub const TEXT: &str = "Hello from the mock upstream.";
 
 impl MockUpstream {
     pub async fn start() -> Self {
-        let shared = Shared::default();
+        Self::start_with(true).await
+    }
+
+    /// `record: false` keeps nothing per request (for load tests).
+    pub async fn start_with(record: bool) -> Self {
+        let shared = Shared {
+            record,
+            ..Shared::default()
+        };
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind mock");
         let addr = listener.local_addr().expect("addr");
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -126,7 +139,9 @@ async fn handle(
             .collect(),
         body: body.clone(),
     };
-    if let Ok(mut r) = shared.recorded.lock() {
+    if shared.record
+        && let Ok(mut r) = shared.recorded.lock()
+    {
         r.push(recorded);
     }
     let scenario = headers

@@ -2,7 +2,16 @@
 //! holding back a byte: SSE events are read as they pass; a JSON body is kept (bounded) and
 //! read at the end.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+/// A response body read only for its `usage` member.
+#[derive(Deserialize)]
+struct UsageOnly<'a> {
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
 
 use super::Protocol;
 use super::sse::Reader;
@@ -70,11 +79,14 @@ impl UsageObserver {
     pub fn finish(mut self) -> Option<Value> {
         if !self.streaming
             && !self.overflowed
-            && let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&self.json)
-            && let Some(Value::Object(found)) = body.get("usage")
+            && self.json.first() == Some(&b'{')
+            && let Ok(UsageOnly { usage: Some(raw) }) =
+                serde_json::from_slice::<UsageOnly<'_>>(&self.json)
+            && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw.get())
         {
-            merge(&mut self.usage, found);
+            merge(&mut self.usage, &found);
         }
+
         self.usage.map(Value::Object)
     }
 }

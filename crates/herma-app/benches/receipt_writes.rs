@@ -1,0 +1,72 @@
+//! Receipts cost: sealing one (canonical JSON + SHA-256), and writing a batch of 100 to SQLite
+//! with time-ordered ids (what the receipt writer does under load).
+
+// A benchmark fails loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+use criterion::{Criterion, criterion_group, criterion_main};
+use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
+use herma_core::{CallerScope, Timestamp};
+use herma_store::Store;
+use herma_store_sqlite::SqliteStore;
+use std::sync::Arc;
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = rt.block_on(async {
+        Arc::new(
+            SqliteStore::open_migrated(dir.path().join("r.db").to_str().unwrap())
+                .await
+                .unwrap(),
+        )
+    });
+    let scope = CallerScope::parse("key:0123456789abcdef").unwrap();
+    let body = ReceiptBody {
+        caller_scope: scope,
+        protocol: "chat_completions".into(),
+        conversation_id: "fm:0123456789abcdef".into(),
+        model: "bench-model".into(),
+        action: ReceiptAction::Shimmed,
+        matched: vec![MatchedRule {
+            provision_id: "bench.deploy".into(),
+            version: 1,
+            builtin: false,
+            tier: Tier::Keyword,
+            trigger: "keyword:deploy".into(),
+            applied: true,
+        }],
+        shimmed_context_refs: vec![],
+        unresolved_context_refs: vec![],
+        upstream_status: Some(200),
+        usage: Some(
+            serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}),
+        ),
+        timings: Timings {
+            decision_micros: 30,
+            upstream_headers_micros: Some(120),
+            total_micros: Some(150),
+        },
+        created_at: Timestamp::from_millis(1),
+    };
+    let mut n = 0u64;
+    c.bench_function("seal receipt", |b| {
+        b.iter(|| body.clone().seal("rcpt_x".into()))
+    });
+    c.bench_function("insert 100 receipts (sqlite)", |b| {
+        b.iter(|| {
+            let batch: Vec<_> = (0..100)
+                .map(|_| {
+                    n += 1;
+                    body.clone().seal(format!("rcpt_{n:012x}{:020x}", n * 7919))
+                })
+                .collect();
+            rt.block_on(store.insert_receipts(&batch)).unwrap();
+        })
+    });
+}
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,104 @@
+//! A bare pass-through proxy on Herma's own HTTP stack (axum server, herma-providers client):
+//! no gate, no rules, no receipts. The load harness's baseline for "what any proxy costs".
+//!
+//! `herma-passthrough --bind 127.0.0.1:0 --upstream http://127.0.0.1:PORT`
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use herma_providers::{HttpUpstream, Upstream, UpstreamRequest};
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: HttpUpstream,
+    base: String,
+}
+
+async fn forward(
+    State(proxy): State<Proxy>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let url = format!(
+        "{}{}",
+        proxy.base,
+        uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+    );
+    let headers = headers
+        .iter()
+        .filter(|(n, _)| {
+            !matches!(
+                n.as_str(),
+                "host" | "content-length" | "connection" | "transfer-encoding"
+            )
+        })
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    match proxy
+        .upstream
+        .send(UpstreamRequest {
+            method: method.to_string(),
+            url,
+            headers,
+            body,
+        })
+        .await
+    {
+        Ok(up) => {
+            let mut response = Response::new(Body::from_stream(up.body));
+            *response.status_mut() =
+                StatusCode::from_u16(up.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            for (name, value) in up.headers {
+                if matches!(
+                    name.as_str(),
+                    "content-length" | "transfer-encoding" | "connection"
+                ) {
+                    continue;
+                }
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_bytes(&value),
+                ) {
+                    response.headers_mut().append(n, v);
+                }
+            }
+            response
+        }
+        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    }
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), String> {
+    let bind = arg("--bind").unwrap_or_else(|| "127.0.0.1:0".into());
+    let base = arg("--upstream").ok_or("--upstream URL is required")?;
+    let upstream = HttpUpstream::new(Duration::from_secs(10), Duration::from_secs(600))
+        .map_err(|e| e.to_string())?;
+    let app = Router::new()
+        .fallback(forward)
+        .with_state(Proxy { upstream, base });
+    let listener = tokio::net::TcpListener::bind(&bind)
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+
+    eprintln!("passthrough listening on http://{addr}");
+    axum::serve(listener, app).await.map_err(|e| e.to_string())
+}

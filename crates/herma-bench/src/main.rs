@@ -1,0 +1,596 @@
+//! The load harness. Measures Herma against the same requests sent straight to a local mock
+//! upstream and through a bare pass-through proxy built on Herma's own HTTP stack, and prints a
+//! Markdown report: added latency p50/p99 at concurrency 1, throughput at concurrency 32, CPU
+//! time of the gateway process per request, time to the first streamed event, and RSS idle and
+//! under 256 concurrent streams.
+//!
+//! Run it pinned to one core while the gateways it starts are pinned to the other:
+//!
+//! ```sh
+//! cargo build --release -p herma-cli -p herma-bench
+//! taskset -c 1 target/release/herma-load            # gateways run under `taskset -c 0`
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use herma_test_support::mock_upstream::MockUpstream;
+use serde_json::{Value, json};
+
+type Result<T> = std::result::Result<T, String>;
+
+/// How many requests and how long, from `HERMA_LOAD_SCALE` (1 = the published run).
+struct Plan {
+    latency_requests: usize,
+    throughput_seconds: u64,
+    stream_requests: usize,
+}
+
+impl Plan {
+    fn from_env() -> Self {
+        #[allow(clippy::disallowed_methods)] // a developer tool configured by its environment
+        let scale: f64 = std::env::var("HERMA_LOAD_SCALE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1.0);
+        Plan {
+            latency_requests: ((3000.0 * scale) as usize).max(50),
+            throughput_seconds: ((5.0 * scale) as u64).max(1),
+            stream_requests: ((300.0 * scale) as usize).max(20),
+        }
+    }
+}
+
+/// A gateway process under test.
+struct Gateway {
+    child: Child,
+    base: String,
+}
+
+impl Gateway {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn taskset_available() -> bool {
+    Command::new("taskset")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Starts `program args…` on core 0 (when `taskset` exists) and waits for the line naming its
+/// address (`… listening on http://ADDR`).
+fn spawn_gateway(program: &Path, args: &[&str], env: &[(&str, String)]) -> Result<Gateway> {
+    let mut cmd = if taskset_available() {
+        let mut c = Command::new("taskset");
+        c.arg("-c").arg("0").arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", program.display()))?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let base = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| format!("{} exited before listening", program.display()))?
+            .map_err(|e| e.to_string())?;
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    };
+    // Keep draining its output so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Ok(Gateway { child, base })
+}
+
+/// CPU time the process has spent, in nanoseconds (all threads).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// A `/proc/PID/status` memory field in MiB (`VmRSS`, `VmHWM`).
+fn memory_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+#[derive(Clone)]
+struct Target {
+    name: &'static str,
+    base: String,
+    headers: Vec<(&'static str, String)>,
+    pid: Option<u32>,
+}
+
+impl Target {
+    fn request(
+        &self,
+        client: &reqwest::Client,
+        body: &Value,
+        extra: &[(&'static str, &'static str)],
+    ) -> reqwest::RequestBuilder {
+        let mut r = client
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(body);
+        for (k, v) in &self.headers {
+            r = r.header(*k, v);
+        }
+        for (k, v) in extra {
+            r = r.header(*k, *v);
+        }
+        r
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+    cpu_per_request: Option<Duration>,
+}
+
+async fn latency(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+    n: usize,
+) -> Result<Latency> {
+    for _ in 0..(n / 10).max(20) {
+        target
+            .request(client, body, &[])
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .bytes()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let cpu_before = target.pid.map(cpu_ns);
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let response = target
+            .request(client, body, &[])
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("{}: status {}", target.name, response.status()));
+        }
+        response.bytes().await.map_err(|e| e.to_string())?;
+        times.push(start.elapsed());
+    }
+    let cpu = target
+        .pid
+        .zip(cpu_before)
+        .map(|(pid, before)| Duration::from_nanos((cpu_ns(pid) - before) / n as u64));
+    times.sort();
+    Ok(Latency {
+        p50: percentile(&times, 0.5),
+        p99: percentile(&times, 0.99),
+        cpu_per_request: cpu,
+    })
+}
+
+async fn throughput(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+    concurrency: usize,
+    seconds: u64,
+) -> Result<(f64, Option<Duration>)> {
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = target.pid.map(cpu_ns);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, target, body, count, stop) = (
+            client.clone(),
+            target.clone(),
+            body.clone(),
+            count.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(r) = target.request(&client, &body, &[]).send().await
+                    && r.bytes().await.is_ok()
+                {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let done = count.load(Ordering::Relaxed).max(1);
+    let cpu = target
+        .pid
+        .zip(cpu_before)
+        .map(|(pid, before)| Duration::from_nanos((cpu_ns(pid) - before) / done));
+    Ok((done as f64 / elapsed, cpu))
+}
+
+/// Time from sending to the first event of a 200-chunk stream, and to its end.
+async fn stream_times(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+    n: usize,
+) -> Result<(Duration, Duration)> {
+    let extra = [("x-mock-chunks", "200")];
+    let mut firsts = Vec::with_capacity(n);
+    let mut totals = Vec::with_capacity(n);
+    for i in 0..n + 10 {
+        let start = Instant::now();
+        let response = target
+            .request(client, body, &extra)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut stream = response.bytes_stream();
+        let mut first = None;
+        let mut events = 0;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            if first.is_none() && chunk.windows(5).any(|w| w == b"data:") {
+                first = Some(start.elapsed());
+            }
+            events += chunk.windows(5).filter(|w| *w == b"data:").count();
+        }
+        if events < 200 {
+            return Err(format!("{}: only {events} events streamed", target.name));
+        }
+        if i >= 10 {
+            firsts.push(first.unwrap_or_default());
+            totals.push(start.elapsed());
+        }
+    }
+    firsts.sort();
+    totals.sort();
+    Ok((percentile(&firsts, 0.5), percentile(&totals, 0.5)))
+}
+
+/// Peak RSS of the gateway while 256 streams are open through it.
+async fn rss_under_streams(
+    client: &reqwest::Client,
+    target: &Target,
+    mock: &MockUpstream,
+    body: &Value,
+) -> Result<f64> {
+    let pid = target.pid.ok_or("no pid")?;
+    let mut open = Vec::new();
+    for _ in 0..256 {
+        let response = target
+            .request(client, body, &[("x-mock-scenario", "hold")])
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut stream = response.bytes_stream();
+        stream.next().await;
+        open.push(stream);
+    }
+    let rss = memory_mib(pid, "VmRSS");
+    mock.release();
+    for mut s in open {
+        while s.next().await.is_some() {}
+    }
+    Ok(rss)
+}
+
+fn run_cli(herma: &Path, args: &[&str], database: &str) -> Result<String> {
+    let out = Command::new(herma)
+        .args(args)
+        .env("HERMA_DATABASE_URL", database)
+        .env("HERMA_LOG", "warn")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "herma {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A database with one key whose caller has 1,000 tier-1 rules, one shim and one direct rule.
+fn prepare_herma(herma: &Path, dir: &Path) -> Result<(String, String)> {
+    let database = format!("sqlite://{}", dir.join("herma.db").display());
+    let key: Value = serde_json::from_str(&run_cli(
+        herma,
+        &["keys", "create", "--scope", "route", "--json"],
+        &database,
+    )?)
+    .map_err(|e| e.to_string())?;
+    let caller = key["caller_scope"]
+        .as_str()
+        .ok_or("no caller scope")?
+        .to_owned();
+    let mut provisions = String::new();
+    for i in 0..1000 {
+        let mut triggers = json!({"keywords": [format!("topic{i}"), format!("subject {i}")]});
+        if i % 20 == 0 {
+            triggers["regex"] = json!([format!(r"\bticket-{i}\b")]);
+        }
+        if i % 50 == 0 {
+            triggers["paths"] = json!([format!("**/module{i}/*.rs")]);
+        }
+        provisions.push_str(&json!({"id": format!("rule-{i:04}"), "action": "shim_context", "triggers": triggers, "context_refs": ["bench.checklist"]}).to_string());
+        provisions.push('\n');
+    }
+    provisions.push_str(&json!({"id": "bench.deploy", "action": "shim_context", "triggers": {"keywords": ["deploy"]}, "context_refs": ["bench.checklist"]}).to_string());
+    provisions.push('\n');
+    provisions.push_str(&json!({"id": "bench.status", "action": "respond_directly", "priority": 50, "triggers": {"keywords": ["status-check"]}, "response": {"text": "All systems nominal."}}).to_string());
+    provisions.push('\n');
+    let context = json!({"id": "bench.checklist", "kind": "verb", "title": "Deploy checklist", "schema_or_body": "Run the migrations before the canary; watch the error rate for ten minutes; roll back on any page."}).to_string();
+    std::fs::write(dir.join("provisions.jsonl"), provisions).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("context.jsonl"), context + "\n").map_err(|e| e.to_string())?;
+    let p = dir.join("provisions.jsonl");
+    let c = dir.join("context.jsonl");
+    run_cli(
+        herma,
+        &[
+            "context",
+            "import",
+            c.to_str().unwrap_or_default(),
+            "--caller",
+            &caller,
+        ],
+        &database,
+    )?;
+    run_cli(
+        herma,
+        &[
+            "provisions",
+            "import",
+            p.to_str().unwrap_or_default(),
+            "--caller",
+            &caller,
+        ],
+        &database,
+    )?;
+    Ok((database, key["key"].as_str().ok_or("no key")?.to_owned()))
+}
+
+fn sibling(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe.parent().ok_or("no exe dir")?.join(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found: cargo build --release -p herma-cli -p herma-bench",
+            path.display()
+        ))
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let plan = Plan::from_env();
+    let herma = sibling("herma")?;
+    let passthrough_bin = sibling("herma-passthrough")?;
+    let mock = MockUpstream::start_with(false).await;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (database, key) = prepare_herma(&herma, dir.path())?;
+
+    let herma_gateway = spawn_gateway(
+        &herma,
+        &["serve", "--bind", "127.0.0.1:0"],
+        &[
+            ("HERMA_DATABASE_URL", database),
+            ("HERMA_LOG", "warn,herma=info".into()),
+            ("HERMA_UPSTREAM_BASE_URL", mock.url()),
+        ],
+    )?;
+    let herma_idle_rss = memory_mib(herma_gateway.pid(), "VmRSS");
+    let passthrough = spawn_gateway(
+        &passthrough_bin,
+        &["--bind", "127.0.0.1:0", "--upstream", &mock.url()],
+        &[],
+    )?;
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(512)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let direct = Target {
+        name: "direct to the mock",
+        base: mock.url(),
+        headers: vec![],
+        pid: None,
+    };
+    let bare = Target {
+        name: "bare pass-through",
+        base: passthrough.base.clone(),
+        headers: vec![],
+        pid: Some(passthrough.pid()),
+    };
+    let via_herma = Target {
+        name: "Herma",
+        base: herma_gateway.base.clone(),
+        headers: vec![("authorization", format!("Bearer {key}"))],
+        pid: Some(herma_gateway.pid()),
+    };
+
+    let system = "You are a careful coding assistant. ".repeat(40);
+    let forward_body = json!({"model": "bench-model", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "please deploy the billing service"}]});
+    let direct_body = json!({"model": "bench-model", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "status-check"}]});
+    let stream_body = json!({"model": "bench-model", "stream": true, "messages": [{"role": "user", "content": "please deploy, streaming"}]});
+
+    eprintln!(
+        "measuring latency at concurrency 1 ({} requests each)…",
+        plan.latency_requests
+    );
+    let l_direct = latency(&client, &direct, &forward_body, plan.latency_requests).await?;
+    let l_bare = latency(&client, &bare, &forward_body, plan.latency_requests).await?;
+    let l_herma = latency(&client, &via_herma, &forward_body, plan.latency_requests).await?;
+    let l_answer = latency(&client, &via_herma, &direct_body, plan.latency_requests).await?;
+
+    eprintln!(
+        "measuring throughput at concurrency 32 ({} s each)…",
+        plan.throughput_seconds
+    );
+    let (t_direct, _) =
+        throughput(&client, &direct, &forward_body, 32, plan.throughput_seconds).await?;
+    let (t_bare, c_bare) =
+        throughput(&client, &bare, &forward_body, 32, plan.throughput_seconds).await?;
+    let (t_herma, c_herma) = throughput(
+        &client,
+        &via_herma,
+        &forward_body,
+        32,
+        plan.throughput_seconds,
+    )
+    .await?;
+
+    eprintln!(
+        "measuring 200-chunk streams ({} each)…",
+        plan.stream_requests
+    );
+    let (f_direct, s_direct) =
+        stream_times(&client, &direct, &stream_body, plan.stream_requests).await?;
+    let (f_bare, s_bare) = stream_times(&client, &bare, &stream_body, plan.stream_requests).await?;
+    let (f_herma, s_herma) =
+        stream_times(&client, &via_herma, &stream_body, plan.stream_requests).await?;
+
+    eprintln!("measuring memory under 256 open streams…");
+    let herma_streams_rss = rss_under_streams(&client, &via_herma, &mock, &stream_body).await?;
+    let herma_peak = memory_mib(via_herma.pid.unwrap_or_default(), "VmHWM");
+
+    let added = |a: Duration, b: Duration| ms(a.saturating_sub(b));
+    let cpu = |d: Option<Duration>| {
+        d.map(|d| format!("{:.3} ms", ms(d)))
+            .unwrap_or_else(|| "–".into())
+    };
+    println!("### Load harness results\n");
+    println!(
+        "Pinned: gateways on core 0 {}, load generator and mock on the other.\n",
+        if taskset_available() {
+            "(taskset)"
+        } else {
+            "(taskset missing: unpinned)"
+        }
+    );
+    println!(
+        "Forwarding: Herma's caller has 1,000 tier-1 rules; the request matches one shim (context added), receipts on. Body ≈ {} bytes.\n",
+        forward_body.to_string().len()
+    );
+    println!("| measure | direct to mock | bare pass-through | Herma |");
+    println!("|---|---|---|---|");
+    println!(
+        "| latency p50, concurrency 1 | {:.3} ms | {:.3} ms (+{:.3}) | {:.3} ms (+{:.3}) |",
+        ms(l_direct.p50),
+        ms(l_bare.p50),
+        added(l_bare.p50, l_direct.p50),
+        ms(l_herma.p50),
+        added(l_herma.p50, l_direct.p50)
+    );
+    println!(
+        "| latency p99, concurrency 1 | {:.3} ms | {:.3} ms (+{:.3}) | {:.3} ms (+{:.3}) |",
+        ms(l_direct.p99),
+        ms(l_bare.p99),
+        added(l_bare.p99, l_direct.p99),
+        ms(l_herma.p99),
+        added(l_herma.p99, l_direct.p99)
+    );
+    println!(
+        "| gateway CPU per request, concurrency 1 | – | {} | {} |",
+        cpu(l_bare.cpu_per_request),
+        cpu(l_herma.cpu_per_request)
+    );
+    println!(
+        "| throughput, concurrency 32 | {t_direct:.0} req/s | {t_bare:.0} req/s | {t_herma:.0} req/s |"
+    );
+    println!(
+        "| gateway CPU per request, concurrency 32 | – | {} | {} |",
+        cpu(c_bare),
+        cpu(c_herma)
+    );
+    println!(
+        "| first SSE event, 200-chunk stream (p50) | {:.3} ms | {:.3} ms (+{:.3}) | {:.3} ms (+{:.3}) |",
+        ms(f_direct),
+        ms(f_bare),
+        added(f_bare, f_direct),
+        ms(f_herma),
+        added(f_herma, f_direct)
+    );
+    println!(
+        "| whole 200-chunk stream (p50) | {:.3} ms | {:.3} ms | {:.3} ms |",
+        ms(s_direct),
+        ms(s_bare),
+        ms(s_herma)
+    );
+    println!();
+    println!(
+        "Direct answer (Herma answers, no upstream): p50 {:.3} ms, p99 {:.3} ms, CPU {} per request.\n",
+        ms(l_answer.p50),
+        ms(l_answer.p99),
+        cpu(l_answer.cpu_per_request)
+    );
+    println!(
+        "Herma RSS: {herma_idle_rss:.1} MiB idle after start; {herma_streams_rss:.1} MiB with 256 streams open; peak {herma_peak:.1} MiB."
+    );
+    Ok(())
+}
