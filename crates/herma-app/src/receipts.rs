@@ -162,3 +162,307 @@ async fn write_batch(store: &dyn Store, batch: Vec<InjectionReceipt>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use herma_core::key::KeyId;
+    use herma_core::model::{
+        HarnessKey, ReceiptAction, ReceiptBody, RuleOutcomeRecord, Timings, WorkingEntity,
+    };
+    use herma_core::{CallerScope, Timestamp};
+    use herma_store::{
+        AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
+        ImportSummary, KeyStore, MemoryStore, OutcomeStore, Page, ReceiptStore, Revisions,
+        StoreError, StoreResult, StoredDoc,
+    };
+    use serde_json::Value;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// A memory store whose receipt writes wait for a permit, and fail `failures` times first.
+    struct Gated {
+        inner: MemoryStore,
+        permits: Semaphore,
+        failures: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ReceiptStore for Gated {
+        async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()> {
+            let _permit = self
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| StoreError::Backend("closed".into()))?;
+            if self.failures.load(Ordering::SeqCst) > 0 {
+                self.failures.fetch_sub(1, Ordering::SeqCst);
+                return Err(StoreError::Backend("disk full".into()));
+            }
+            self.inner.insert_receipts(receipts).await
+        }
+        async fn get_receipt(
+            &self,
+            scope: &CallerScope,
+            id: &str,
+        ) -> StoreResult<Option<InjectionReceipt>> {
+            self.inner.get_receipt(scope, id).await
+        }
+    }
+
+    #[async_trait]
+    impl KeyStore for Gated {
+        async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
+            self.inner.insert_key(key).await
+        }
+        async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>> {
+            self.inner.find_key(key_id).await
+        }
+        async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>> {
+            self.inner.list_keys().await
+        }
+        async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool> {
+            self.inner.revoke_key(key_id, at).await
+        }
+    }
+
+    #[async_trait]
+    impl DocumentStore for Gated {
+        async fn create_doc(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            id: &str,
+            body: &Value,
+            now: Timestamp,
+        ) -> StoreResult<StoredDoc> {
+            self.inner.create_doc(c, s, id, body, now).await
+        }
+        async fn get_doc(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            id: &str,
+        ) -> StoreResult<Option<StoredDoc>> {
+            self.inner.get_doc(c, s, id).await
+        }
+        async fn get_docs(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            ids: &[String],
+        ) -> StoreResult<Vec<StoredDoc>> {
+            self.inner.get_docs(c, s, ids).await
+        }
+        async fn list_docs(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            page: &Page,
+        ) -> StoreResult<Vec<StoredDoc>> {
+            self.inner.list_docs(c, s, page).await
+        }
+        async fn update_doc(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            id: &str,
+            body: &Value,
+            v: u64,
+            now: Timestamp,
+        ) -> StoreResult<StoredDoc> {
+            self.inner.update_doc(c, s, id, body, v, now).await
+        }
+        async fn delete_doc(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            id: &str,
+            v: Option<u64>,
+        ) -> StoreResult<()> {
+            self.inner.delete_doc(c, s, id, v).await
+        }
+        async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {
+            self.inner.revisions(scopes).await
+        }
+        async fn import_docs(
+            &self,
+            c: Collection,
+            s: &CallerScope,
+            docs: &[(String, Value)],
+            now: Timestamp,
+        ) -> StoreResult<ImportSummary> {
+            self.inner.import_docs(c, s, docs, now).await
+        }
+    }
+
+    #[async_trait]
+    impl EntityStore for Gated {
+        async fn record_entities(
+            &self,
+            s: &CallerScope,
+            p: &str,
+            o: &[EntityObservation],
+            now: Timestamp,
+            max: u64,
+        ) -> StoreResult<u64> {
+            self.inner.record_entities(s, p, o, now, max).await
+        }
+        async fn list_entities(
+            &self,
+            s: &CallerScope,
+            p: Option<&str>,
+            limit: u32,
+        ) -> StoreResult<Vec<WorkingEntity>> {
+            self.inner.list_entities(s, p, limit).await
+        }
+    }
+
+    #[async_trait]
+    impl OutcomeStore for Gated {
+        async fn insert_outcomes(&self, o: &[RuleOutcomeRecord]) -> StoreResult<()> {
+            self.inner.insert_outcomes(o).await
+        }
+        async fn list_outcomes(
+            &self,
+            s: &CallerScope,
+            limit: u32,
+        ) -> StoreResult<Vec<RuleOutcomeRecord>> {
+            self.inner.list_outcomes(s, limit).await
+        }
+    }
+
+    #[async_trait]
+    impl ClaimStore for Gated {
+        async fn claim_once(
+            &self,
+            s: &CallerScope,
+            c: &str,
+            ids: &[String],
+            now: Timestamp,
+        ) -> StoreResult<Vec<String>> {
+            self.inner.claim_once(s, c, ids, now).await
+        }
+    }
+
+    #[async_trait]
+    impl Store for Gated {
+        fn backend(&self) -> &'static str {
+            "gated"
+        }
+        async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>> {
+            Ok(Vec::new())
+        }
+        async fn ping(&self) -> StoreResult<()> {
+            Ok(())
+        }
+    }
+
+    fn scope() -> CallerScope {
+        CallerScope::parse("key:0123456789abcdef").unwrap()
+    }
+
+    fn receipt(n: usize) -> InjectionReceipt {
+        ReceiptBody {
+            caller_scope: scope(),
+            protocol: "messages".into(),
+            conversation_id: "c".into(),
+            model: "m".into(),
+            action: ReceiptAction::Forwarded,
+            matched: vec![],
+            shimmed_context_refs: vec![],
+            unresolved_context_refs: vec![],
+            upstream_status: Some(200),
+            usage: None,
+            timings: Timings::default(),
+            created_at: Timestamp::from_millis(n as i64),
+        }
+        .seal(format!("rcpt_{n:04}"))
+    }
+
+    fn gated(permits: usize, failures: usize) -> Arc<Gated> {
+        Arc::new(Gated {
+            inner: MemoryStore::new(),
+            permits: Semaphore::new(permits),
+            failures: AtomicUsize::new(failures),
+        })
+    }
+
+    async fn stored(store: &Gated, n: usize) -> usize {
+        let mut count = 0;
+        for i in 0..n {
+            count += usize::from(
+                store
+                    .inner
+                    .get_receipt(&scope(), &format!("rcpt_{i:04}"))
+                    .await
+                    .unwrap()
+                    .is_some(),
+            );
+        }
+        count
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_makes_submitters_wait_and_loses_nothing() {
+        let store = gated(0, 0);
+        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 2));
+        // The first receipt is taken by the writer, which then blocks on the store.
+        writer.submit(receipt(0)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(LINGER * 2).await;
+        writer.submit(receipt(1)).await;
+        writer.submit(receipt(2)).await;
+        assert_eq!(writer.depth(), 2, "the queue is full");
+        let waiting = {
+            let writer = writer.clone();
+            tokio::spawn(async move { writer.submit(receipt(3)).await })
+        };
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "a submitter waits while the queue is full"
+        );
+        store.permits.add_permits(100);
+        waiting.await.unwrap();
+        writer.flush().await;
+        assert_eq!(stored(&store, 4).await, 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_store_is_retried_until_the_receipts_land() {
+        let store = gated(100, 3);
+        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 8));
+        for i in 0..5 {
+            writer.submit_detached(receipt(i));
+        }
+        writer.flush().await;
+        assert_eq!(stored(&store, 5).await, 5);
+        assert_eq!(store.failures.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_writes_everything_queued_and_later_receipts_still_land() {
+        let store = gated(100, 0);
+        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 64));
+        for i in 0..40 {
+            writer.submit(receipt(i)).await;
+        }
+        writer.shutdown().await;
+        assert_eq!(stored(&store, 40).await, 40);
+        writer.submit(receipt(40)).await;
+        assert_eq!(
+            stored(&store, 41).await,
+            41,
+            "after shutdown a receipt is written directly"
+        );
+        writer.flush().await;
+    }
+}
