@@ -89,8 +89,33 @@ fn bench_rules(c: &mut Criterion) {
     });
 }
 
+/// The Claude Code fixture grown to the size of a real first request (~49 KB: a 7 KB system
+/// prompt, a dozen tools with full schemas, a short history).
+fn claude_code_full_size() -> String {
+    let mut body: serde_json::Value = serde_json::from_str(CLAUDE_CODE).expect("fixture");
+    let schema = serde_json::json!({"type": "object", "properties": (0..40).map(|i| (format!("field_{i}"), serde_json::json!({"type": "string", "description": "A parameter the tool accepts, described at length for the model's benefit."}))).collect::<serde_json::Map<_, _>>()});
+    let tools: Vec<_> = (0..12).map(|i| serde_json::json!({"name": format!("Tool{i}"), "description": "Does one thing well. ".repeat(40), "input_schema": schema})).collect();
+    body["tools"] = serde_json::Value::Array(tools);
+    body["system"][1]["text"] =
+        serde_json::Value::String("Follow the repository's conventions. ".repeat(180));
+    body.to_string()
+}
+
 fn bench_envelopes(c: &mut Criterion) {
     let mut group = c.benchmark_group("envelope");
+    let full = claude_code_full_size();
+    group.bench_function(
+        format!("claude code messages, {} KB", full.len() / 1024),
+        |b| {
+            b.iter(|| {
+                black_box(Envelope::from_request(
+                    Protocol::Messages,
+                    black_box(full.as_bytes()),
+                    &HeaderFacts::default(),
+                ))
+            })
+        },
+    );
     for (name, protocol, body) in [
         ("claude code messages", Protocol::Messages, CLAUDE_CODE),
         ("codex responses", Protocol::Responses, CODEX),
