@@ -50,6 +50,7 @@ fn bench(c: &mut Criterion) {
             upstream_headers_micros: Some(120),
             total_micros: Some(150),
         },
+        error: None,
         created_at: Timestamp::from_millis(1),
     };
     let mut n = 0u64;

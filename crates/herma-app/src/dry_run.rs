@@ -138,7 +138,7 @@ impl App {
         }
         let snapshot = self.rules.snapshot(scope).await?;
         let plan = self
-            .plan(scope, &snapshot, &envelope, Claims::DryRun)
+            .plan(scope, &snapshot, &envelope, Claims::DryRun, true)
             .await?;
         let mut report = DryRunReport {
             persisted: false,

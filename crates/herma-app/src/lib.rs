@@ -52,6 +52,7 @@ pub fn http_upstream(settings: &Settings) -> Result<Arc<dyn Upstream>, Problem> 
     HttpUpstream::new(
         Duration::from_millis(settings.upstream_connect_timeout_ms),
         Duration::from_millis(settings.upstream_headers_timeout_ms),
+        Duration::from_millis(settings.upstream_idle_timeout_ms),
     )
     .map(|u| Arc::new(u) as Arc<dyn Upstream>)
     .map_err(|e| {

@@ -12,10 +12,13 @@ use bytes::Bytes;
 use futures_util::Stream;
 use herma_core::contributor::refuse_contributor_model;
 use herma_core::gate::KeyPrincipal;
-use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
+use herma_core::model::{Action, MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
 use herma_core::rules::{Decision, RuleMatch, decide};
 use herma_core::shim::{RenderedShim, ShimEntry, render};
-use herma_core::upstream::{self, UpstreamAsk, forward_request_header, relay_response_header};
+use herma_core::upstream::{
+    self, UpstreamAsk, UpstreamTarget, connection_tokens, forward_request_header,
+    relay_response_header,
+};
 use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol};
@@ -76,6 +79,24 @@ pub enum Claims {
 pub struct Plan {
     pub matched: Vec<MatchedRule>,
     pub action: PlannedAction,
+    /// `once_per_conversation` provisions claimed for this request.
+    pub claimed: Vec<String>,
+}
+
+/// A request Herma could not complete, and its receipt when one was written.
+#[derive(Debug)]
+pub struct ProxyFailure {
+    pub problem: Problem,
+    pub receipt_id: Option<String>,
+}
+
+impl From<Problem> for ProxyFailure {
+    fn from(problem: Problem) -> Self {
+        Self {
+            problem,
+            receipt_id: None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -137,47 +158,95 @@ fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
 impl App {
     /// Plans the action for `envelope` under `snapshot`: evaluates, decides, applies
     /// `once_per_conversation` (claiming when `claims` is `Write`) and renders the shim.
+    ///
+    /// Only rules that can take effect are considered: a shim rule needs a place for the shim
+    /// in this request, a resolvable context entry and a usable upstream (`can_forward`).
+    /// Claims are taken only for rules that will apply: the highest-priority match is settled
+    /// first (a spent once-only rule steps aside for the next), then, when it is a shim, the
+    /// other once-only shims are claimed together; dropping those cannot change the decision.
     pub async fn plan(
         &self,
         scope: &CallerScope,
         snapshot: &RuleSnapshot,
         envelope: &Envelope,
         claims: Claims,
+        can_forward: bool,
     ) -> Result<Plan, Problem> {
         let rules = &snapshot.rules;
+        let spec = |m: &RuleMatch| &rules.rule(m.rule).provision.spec;
         let all = rules.evaluate(envelope);
-        let mut remaining = all.clone();
-        let mut claimed: HashSet<String> = HashSet::new();
+        let shims_possible = can_forward && envelope.insertion.is_some();
+        let mut remaining: Vec<RuleMatch> = all
+            .iter()
+            .filter(|m| match spec(m).action {
+                Action::RespondDirectly => true,
+                Action::ShimContext => {
+                    shims_possible
+                        && spec(m)
+                            .context_refs
+                            .iter()
+                            .any(|r| snapshot.context_entry(r).is_some())
+                }
+            })
+            .cloned()
+            .collect();
+        let writes =
+            claims == Claims::Write && envelope.conversation.source != ConversationSource::None;
+        let conversation = envelope.conversation.id.as_str();
+        let mut claimed: Vec<String> = Vec::new();
         let decision = loop {
             let decision = decide(rules, remaining.clone());
-            let applied: Vec<&RuleMatch> = match &decision {
+            let first = match &decision {
                 Decision::Forward => break decision,
-                Decision::Respond(m) => vec![m],
-                Decision::Shim(ms) => ms.iter().collect(),
+                Decision::Respond(m) => m.clone(),
+                Decision::Shim(ms) => match ms.first() {
+                    Some(m) => m.clone(),
+                    None => break Decision::Forward,
+                },
             };
-            let once: Vec<String> = applied
+            // The deciding match first: a spent once-only rule steps aside for the next.
+            if writes && spec(&first).once_per_conversation {
+                let id = spec(&first).id.clone();
+                let won = self
+                    .store
+                    .claim_once(
+                        scope,
+                        conversation,
+                        std::slice::from_ref(&id),
+                        self.clock.now(),
+                    )
+                    .await
+                    .map_err(crate::error::internal)?;
+                if won.is_empty() {
+                    remaining.retain(|m| m.rule != first.rule);
+                    continue;
+                }
+                claimed.push(id);
+            }
+            let Decision::Shim(mut shims) = decision else {
+                break decision;
+            };
+            // The other once-only shims together: dropping any cannot change the decision.
+            let wanted: Vec<String> = shims
                 .iter()
-                .map(|m| &rules.rule(m.rule).provision.spec)
-                .filter(|p| p.once_per_conversation && !claimed.contains(&p.id))
-                .map(|p| p.id.clone())
+                .skip(1)
+                .filter(|m| writes && spec(m).once_per_conversation)
+                .map(|m| spec(m).id.clone())
                 .collect();
-            if once.is_empty()
-                || claims == Claims::DryRun
-                || envelope.conversation.source == ConversationSource::None
-            {
-                break decision;
+            if !wanted.is_empty() {
+                let won = self
+                    .store
+                    .claim_once(scope, conversation, &wanted, self.clock.now())
+                    .await
+                    .map_err(crate::error::internal)?;
+                shims.retain(|m| {
+                    m.rule == first.rule
+                        || !spec(m).once_per_conversation
+                        || won.contains(&spec(m).id)
+                });
+                claimed.extend(won);
             }
-            let won = self
-                .store
-                .claim_once(scope, &envelope.conversation.id, &once, self.clock.now())
-                .await
-                .map_err(crate::error::internal)?;
-            let spent: HashSet<&String> = once.iter().filter(|id| !won.contains(id)).collect();
-            claimed.extend(won);
-            if spent.is_empty() {
-                break decision;
-            }
-            remaining.retain(|m| !spent.contains(&rules.rule(m.rule).provision.spec.id));
+            break Decision::Shim(shims);
         };
 
         let applied_ids: HashSet<usize> = match &decision {
@@ -201,23 +270,20 @@ impl App {
             .collect();
         let action = match decision {
             Decision::Forward => PlannedAction::Forward,
-            Decision::Respond(m) => {
-                let spec = &rules.rule(m.rule).provision.spec;
-                PlannedAction::Respond {
-                    provision_id: spec.id.clone(),
-                    text: spec
-                        .response
-                        .as_ref()
-                        .map(|r| r.text.clone())
-                        .unwrap_or_default(),
-                }
-            }
+            Decision::Respond(m) => PlannedAction::Respond {
+                provision_id: spec(&m).id.clone(),
+                text: spec(&m)
+                    .response
+                    .as_ref()
+                    .map(|r| r.text.clone())
+                    .unwrap_or_default(),
+            },
             Decision::Shim(ms) => {
                 let mut seen = HashSet::new();
                 let mut entries = Vec::new();
                 let mut unresolved = Vec::new();
                 for m in &ms {
-                    for r in &rules.rule(m.rule).provision.spec.context_refs {
+                    for r in &spec(m).context_refs {
                         if !seen.insert(r.clone()) {
                             continue;
                         }
@@ -234,29 +300,36 @@ impl App {
                 }
             }
         };
-        Ok(Plan { matched, action })
+        Ok(Plan {
+            matched,
+            action,
+            claimed,
+        })
     }
 
     /// Handles one proxied request.
-    pub async fn proxy(&self, request: ProxyRequest) -> Result<ProxyReply, Problem> {
+    pub async fn proxy(&self, request: ProxyRequest) -> Result<ProxyReply, ProxyFailure> {
         let protocol = match request.route {
-            ProxyRoute::Passthrough(protocol) => return self.passthrough(request, protocol).await,
+            ProxyRoute::Passthrough(protocol) => {
+                return Ok(self.passthrough(request, protocol).await?);
+            }
             ProxyRoute::Protocol(protocol) => protocol,
         };
         let envelope = Envelope::from_request(protocol, &request.body, &request.header_facts())?;
         if let Some(model) = &envelope.model {
             refuse_contributor_model(model, "/model")?;
         }
+        // Decided before planning, so a request that cannot be forwarded spends no claims.
+        let target = self.resolve_target(&request, protocol);
         let scope = request.principal.caller_scope.clone();
         let snapshot = self.rules.snapshot(&scope).await?;
         let plan = self
-            .plan(&scope, &snapshot, &envelope, Claims::Write)
+            .plan(&scope, &snapshot, &envelope, Claims::Write, target.is_ok())
             .await?;
         let receipt_id = self.receipt_id()?;
-        let decided = elapsed_micros(request.received);
         let model = envelope.model.clone().unwrap_or_default();
         let mut receipt = ReceiptBody {
-            caller_scope: scope,
+            caller_scope: scope.clone(),
             protocol: protocol.as_str().to_owned(),
             conversation_id: envelope.conversation.id.clone(),
             model: model.clone(),
@@ -267,10 +340,11 @@ impl App {
             upstream_status: None,
             usage: None,
             timings: Timings {
-                decision_micros: decided,
+                decision_micros: elapsed_micros(request.received),
                 upstream_headers_micros: None,
                 total_micros: None,
             },
+            error: None,
             created_at: self.clock.now(),
         };
 
@@ -301,26 +375,39 @@ impl App {
             }
             PlannedAction::Shim { shim, unresolved } => {
                 receipt.unresolved_context_refs = unresolved;
-                let shimmed = if shim.text.is_empty() {
-                    None
-                } else {
-                    envelope.with_shim(&request.body, &shim.text)
-                };
-                match shimmed {
-                    Some(body) => {
+                match envelope.with_shim(&request.body, &shim.text) {
+                    Some(body) if !shim.text.is_empty() => {
                         receipt.action = ReceiptAction::Shimmed;
                         receipt.shimmed_context_refs = shim.refs;
                         Bytes::from(body)
                     }
-                    None => request.body.clone(),
+                    _ => request.body.clone(),
                 }
             }
             PlannedAction::Forward => request.body.clone(),
         };
 
-        let (status, headers, body) = self
-            .forward(&request, protocol, body, Some(&receipt_id))
-            .await?;
+        let sent = match target {
+            Ok(target) => self.send(&request, &target, body, Some(&receipt_id)).await,
+            Err(problem) => Err(problem),
+        };
+        let (status, headers, body) = match sent {
+            Ok(sent) => sent,
+            Err(problem) => {
+                // The shim never reached the model: give the once-only claims back.
+                self.release(&scope, &envelope, &plan.claimed).await;
+                receipt.error = Some(problem.code);
+                receipt.timings.total_micros = Some(elapsed_micros(request.received));
+                self.receipts.submit(receipt.seal(receipt_id.clone())).await;
+                return Err(ProxyFailure {
+                    problem,
+                    receipt_id: Some(receipt_id),
+                });
+            }
+        };
+        if !(200..300).contains(&status) {
+            self.release(&scope, &envelope, &plan.claimed).await;
+        }
         receipt.upstream_status = Some(status);
         receipt.timings.upstream_headers_micros = Some(elapsed_micros(request.received));
         let streaming = headers
@@ -340,6 +427,19 @@ impl App {
         })
     }
 
+    async fn release(&self, scope: &CallerScope, envelope: &Envelope, claimed: &[String]) {
+        if claimed.is_empty() {
+            return;
+        }
+        if let Err(err) = self
+            .store
+            .release_claims(scope, &envelope.conversation.id, claimed)
+            .await
+        {
+            tracing::warn!(error = %err, "once-per-conversation claims could not be released");
+        }
+    }
+
     /// `/v1/messages/count_tokens` and `/v1/models`: forwarded as they are.
     async fn passthrough(
         &self,
@@ -353,8 +453,9 @@ impl App {
         {
             refuse_contributor_model(model, "/model")?;
         }
+        let target = self.resolve_target(&request, protocol)?;
         let body = request.body.clone();
-        let (status, headers, body) = self.forward(&request, protocol, body, None).await?;
+        let (status, headers, body) = self.send(&request, &target, body, None).await?;
         Ok(ProxyReply::Upstream {
             receipt_id: None,
             status,
@@ -363,14 +464,12 @@ impl App {
         })
     }
 
-    /// Resolves the upstream (before any byte is sent), sends, and filters the response headers.
-    async fn forward(
+    /// Where the request would go and with which credential — decided before any byte is sent.
+    fn resolve_target(
         &self,
         request: &ProxyRequest,
         protocol: Protocol,
-        body: Bytes,
-        receipt_id: Option<&str>,
-    ) -> Result<(u16, Vec<(String, Vec<u8>)>, BodyStream), Problem> {
+    ) -> Result<UpstreamTarget, Problem> {
         let ask = UpstreamAsk {
             protocol,
             path: &request.path,
@@ -380,11 +479,25 @@ impl App {
                 .find_map(|h| request.header(h)),
             key_header: request.header(upstream::API_KEY_HEADER),
         };
-        let target = upstream::resolve(&self.settings.upstream, &ask)?;
+        upstream::resolve(&self.settings.upstream, &ask)
+    }
+
+    /// Sends to `target` and filters the response headers.
+    async fn send(
+        &self,
+        request: &ProxyRequest,
+        target: &UpstreamTarget,
+        body: Bytes,
+        receipt_id: Option<&str>,
+    ) -> Result<(u16, Vec<(String, Vec<u8>)>, BodyStream), Problem> {
+        let hop_by_hop = request
+            .header("connection")
+            .map(connection_tokens)
+            .unwrap_or_default();
         let mut headers: Vec<(String, Vec<u8>)> = request
             .headers
             .iter()
-            .filter(|(name, _)| forward_request_header(name))
+            .filter(|(name, _)| forward_request_header(name) && !hop_by_hop.contains(name))
             .cloned()
             .collect();
         if let Some((name, value)) = &target.credential {
@@ -400,10 +513,16 @@ impl App {
             })
             .await
             .map_err(|e| upstream_problem(e, &target.host))?;
+        let hop_by_hop: Vec<String> = response
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "connection")
+            .flat_map(|(_, v)| connection_tokens(&String::from_utf8_lossy(v)))
+            .collect();
         let mut headers: Vec<(String, Vec<u8>)> = response
             .headers
             .into_iter()
-            .filter(|(name, _)| relay_response_header(name))
+            .filter(|(name, _)| relay_response_header(name) && !hop_by_hop.contains(name))
             .collect();
         if let Some(id) = receipt_id {
             headers.push(("x-herma-receipt".to_owned(), id.as_bytes().to_vec()));

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use herma_core::model::InjectionReceipt;
 use herma_store::Store;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Receipts written per store call at most.
@@ -27,6 +29,10 @@ pub struct ReceiptWriter {
     capacity: usize,
     store: Arc<dyn Store>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Receipts handed to background tasks (the queue was full, or already closed); shutdown
+    /// waits for them too.
+    detached: AtomicUsize,
+    detached_done: Notify,
 }
 
 impl ReceiptWriter {
@@ -40,6 +46,8 @@ impl ReceiptWriter {
             capacity,
             store,
             task: Mutex::new(Some(task)),
+            detached: AtomicUsize::new(0),
+            detached_done: Notify::new(),
         }
     }
 
@@ -63,22 +71,30 @@ impl ReceiptWriter {
     }
 
     /// Queues a receipt from synchronous code (a finished or dropped response stream): at once
-    /// when there is room, else from a task that waits for room.
+    /// when there is room, else from a tracked task that waits for room.
     pub fn submit_detached(self: &Arc<Self>, receipt: InjectionReceipt) {
-        if let Some(sender) = self.sender() {
-            match sender.try_send(Message::Receipt(Box::new(receipt))) {
+        let receipt = match self.sender() {
+            Some(sender) => match sender.try_send(Message::Receipt(Box::new(receipt))) {
                 Ok(()) => return,
                 Err(mpsc::error::TrySendError::Full(Message::Receipt(receipt)))
-                | Err(mpsc::error::TrySendError::Closed(Message::Receipt(receipt))) => {
-                    let writer = self.clone();
-                    tokio::spawn(async move { writer.submit(*receipt).await });
-                    return;
-                }
+                | Err(mpsc::error::TrySendError::Closed(Message::Receipt(receipt))) => *receipt,
                 Err(_) => return,
-            }
-        }
+            },
+            None => receipt,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // The runtime is gone (process teardown): nothing can write any more. Say so.
+            tracing::error!(receipt = %receipt.id, "receipt could not be written: the runtime has stopped");
+            return;
+        };
+        self.detached.fetch_add(1, Ordering::SeqCst);
         let writer = self.clone();
-        tokio::spawn(async move { writer.write_now(vec![receipt]).await });
+        runtime.spawn(async move {
+            writer.submit(receipt).await;
+            if writer.detached.fetch_sub(1, Ordering::SeqCst) == 1 {
+                writer.detached_done.notify_waiters();
+            }
+        });
     }
 
     async fn write_now(&self, batch: Vec<InjectionReceipt>) {
@@ -101,13 +117,21 @@ impl ReceiptWriter {
             .unwrap_or(0)
     }
 
-    /// Closes the queue and waits until every queued receipt is written.
+    /// Closes the queue and waits until every queued receipt — and every receipt handed to a
+    /// background task — is written.
     pub async fn shutdown(&self) {
         if let Ok(mut sender) = self.sender.write() {
             sender.take();
         }
         if let Some(task) = self.task.lock().await.take() {
             let _ = task.await;
+        }
+        loop {
+            let done = self.detached_done.notified();
+            if self.detached.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            done.await;
         }
     }
 }
@@ -154,6 +178,16 @@ async fn write_batch(store: &dyn Store, batch: Vec<InjectionReceipt>) {
                 tracing::warn!(error = %err, attempt, receipts = batch.len(), "writing receipts failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 2;
+            }
+            Err(err) if batch.len() > 1 => {
+                // One bad receipt must not take the others with it: write them one by one.
+                tracing::warn!(error = %err, receipts = batch.len(), "writing a batch failed; writing receipts singly");
+                for receipt in batch {
+                    if let Err(err) = store.insert_receipts(std::slice::from_ref(&receipt)).await {
+                        tracing::error!(error = %err, receipt = %receipt.id, "receipt could not be written");
+                    }
+                }
+                return;
             }
             Err(err) => {
                 let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
@@ -346,6 +380,14 @@ mod tests {
         ) -> StoreResult<Vec<String>> {
             self.inner.claim_once(s, c, ids, now).await
         }
+        async fn release_claims(
+            &self,
+            s: &CallerScope,
+            c: &str,
+            ids: &[String],
+        ) -> StoreResult<()> {
+            self.inner.release_claims(s, c, ids).await
+        }
     }
 
     #[async_trait]
@@ -378,6 +420,7 @@ mod tests {
             upstream_status: Some(200),
             usage: None,
             timings: Timings::default(),
+            error: None,
             created_at: Timestamp::from_millis(n as i64),
         }
         .seal(format!("rcpt_{n:04}"))

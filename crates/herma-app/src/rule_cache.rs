@@ -49,6 +49,9 @@ pub struct RuleCache {
     ttl_ms: i64,
     entries: RwLock<HashMap<CallerScope, Cached>>,
     rebuilds: AtomicU64,
+    /// Bumped by every invalidation: a snapshot built from reads older than an invalidation
+    /// is used for its own request but not cached.
+    generation: AtomicU64,
 }
 
 impl RuleCache {
@@ -59,6 +62,7 @@ impl RuleCache {
             ttl_ms: i64::try_from(ttl_ms).unwrap_or(1000),
             entries: RwLock::new(HashMap::new()),
             rebuilds: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -82,6 +86,7 @@ impl RuleCache {
                 None => None,
             }
         };
+        let generation = self.generation.load(Ordering::SeqCst);
         let builtin = CallerScope::system_builtin();
         let revisions = self
             .store
@@ -97,6 +102,9 @@ impl RuleCache {
             _ => Arc::new(self.build(scope, &builtin).await?),
         };
         let mut entries = self.entries.write().map_err(|_| internal_lock())?;
+        if self.generation.load(Ordering::SeqCst) != generation {
+            return Ok(snapshot);
+        }
         if entries.len() >= MAX_CACHED_SCOPES {
             entries.clear();
         }
@@ -158,6 +166,7 @@ impl RuleCache {
     /// scope forgets every snapshot, since every caller's rules include the built-ins.
     pub fn invalidate(&self, scope: &CallerScope) {
         if let Ok(mut entries) = self.entries.write() {
+            self.generation.fetch_add(1, Ordering::SeqCst);
             if scope.is_system_builtin() {
                 entries.clear();
             } else {

@@ -309,38 +309,36 @@ struct GlobIndex {
 }
 
 /// The longest literal every match of `glob` must contain, if at least two bytes long.
-/// Bracket classes and brace alternations are skipped: their text is not required.
+///
+/// Conservative on purpose: a glob with a bracket class is always tested (globset's class
+/// syntax has corner cases such as a leading `]` or `[[:digit:]]`), brace alternations are
+/// skipped, and a leading `**/` can match no directory at all, so the `/` after it is not
+/// required (`**/main.tf` matches `main.tf`).
 fn required_literal(glob: &str) -> Option<String> {
+    if glob.contains('[') {
+        return None;
+    }
+    let glob = glob.strip_prefix("**/").unwrap_or(glob);
     let mut best = String::new();
     let mut current = String::new();
-    let mut depth_brace = 0usize;
-    let mut in_class = false;
+    let mut brace_depth = 0usize;
     let mut chars = glob.chars();
     while let Some(c) = chars.next() {
         let literal = match c {
-            '[' if !in_class => {
-                in_class = true;
+            '{' => {
+                brace_depth += 1;
                 false
             }
-            ']' if in_class => {
-                in_class = false;
+            '}' if brace_depth > 0 => {
+                brace_depth -= 1;
                 false
             }
-            '{' if !in_class => {
-                depth_brace += 1;
+            '*' | '?' => false,
+            '\\' => {
+                chars.next();
                 false
             }
-            '}' if !in_class && depth_brace > 0 => {
-                depth_brace -= 1;
-                false
-            }
-            '*' | '?' | '\\' if !in_class => {
-                if c == '\\' {
-                    chars.next();
-                }
-                false
-            }
-            _ => !in_class && depth_brace == 0,
+            _ => brace_depth == 0,
         };
         if literal {
             current.push(c);

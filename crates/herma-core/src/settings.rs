@@ -114,6 +114,12 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "How long to wait for the upstream's response headers (streams then run as long as they run).",
     },
     SettingInfo {
+        name: "HERMA_UPSTREAM_IDLE_TIMEOUT_MS",
+        secret: false,
+        default: "300000",
+        description: "How long a response body may stay silent before Herma gives up on it.",
+    },
+    SettingInfo {
         name: "HERMA_RULES_CACHE_TTL_MS",
         secret: false,
         default: "1000",
@@ -237,6 +243,7 @@ pub struct Settings {
     pub proxy_max_body_bytes: u64,
     pub upstream_connect_timeout_ms: u64,
     pub upstream_headers_timeout_ms: u64,
+    pub upstream_idle_timeout_ms: u64,
     pub rules_cache_ttl_ms: u64,
     pub receipt_queue_capacity: u64,
 }
@@ -348,6 +355,8 @@ impl Settings {
             number("HERMA_UPSTREAM_CONNECT_TIMEOUT_MS", 10_000, 1, 600_000);
         let upstream_headers_timeout_ms =
             number("HERMA_UPSTREAM_HEADERS_TIMEOUT_MS", 600_000, 1, 3_600_000);
+        let upstream_idle_timeout_ms =
+            number("HERMA_UPSTREAM_IDLE_TIMEOUT_MS", 300_000, 1, 3_600_000);
         let rules_cache_ttl_ms = number("HERMA_RULES_CACHE_TTL_MS", 1000, 0, 60_000);
         let receipt_queue_capacity = number("HERMA_RECEIPT_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
 
@@ -431,6 +440,7 @@ impl Settings {
                 proxy_max_body_bytes,
                 upstream_connect_timeout_ms,
                 upstream_headers_timeout_ms,
+                upstream_idle_timeout_ms,
                 rules_cache_ttl_ms,
                 receipt_queue_capacity,
             })

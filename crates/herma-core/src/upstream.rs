@@ -207,11 +207,14 @@ pub fn resolve(
         Protocol::Messages => Secret::new(key),
         _ => Secret::new(format!("Bearer {key}")),
     };
-    let (credential, credential_source) = match ask
-        .key_header
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
+    let caller_key = ask.key_header.map(str::trim).filter(|s| !s.is_empty());
+    if caller_key.is_some_and(|k| k.starts_with(crate::key::KEY_PREFIX)) {
+        return Err(refused(
+            ProblemCode::ValidationFailed,
+            "X-Upstream-Api-Key carries a Herma key; send the upstream provider's key (Herma keys never leave Herma)".into(),
+        ));
+    }
+    let (credential, credential_source) = match caller_key {
         Some(key) => (Some((header_name, wrap(key))), CredentialSource::Caller),
         None => match (&settings.key, operator_origin) {
             (Some(key), true) => {
@@ -244,8 +247,10 @@ pub fn resolve(
 }
 
 /// Request headers that are not forwarded: hop-by-hop headers, framing Herma recomputes,
-/// credentials (Herma's key must never leave), Herma's own and the edge's headers, browser
-/// metadata, and `accept-encoding` (Herma reads usage, so it asks for uncompressed bodies).
+/// credentials (Herma's key must never leave), Herma's own and the edge's headers, the client's
+/// address as proxies and CDNs report it, browser metadata, and `accept-encoding` (Herma reads
+/// usage, so it asks for uncompressed bodies). Headers named by `Connection` are hop-by-hop too;
+/// see [`connection_tokens`].
 pub fn forward_request_header(name: &str) -> bool {
     !(matches!(
         name,
@@ -268,15 +273,22 @@ pub fn forward_request_header(name: &str) -> bool {
             | "x-edge-auth"
             | "forwarded"
             | "via"
+            | "x-real-ip"
+            | "true-client-ip"
+            | "x-client-ip"
+            | "x-cluster-client-ip"
+            | "fastly-client-ip"
     ) || name.starts_with("x-herma-")
         || name.starts_with("x-upstream-")
         || name.starts_with("x-forwarded-")
+        || name.starts_with("cf-")
         || name.starts_with("sec-fetch-"))
 }
 
-/// Response headers that are not relayed: hop-by-hop, framing, and cookies.
+/// Response headers that are not relayed: hop-by-hop, framing, cookies, and anything claiming
+/// to be Herma's own (`x-herma-*`: only Herma sets those).
 pub fn relay_response_header(name: &str) -> bool {
-    !matches!(
+    !(matches!(
         name,
         "connection"
             | "keep-alive"
@@ -289,7 +301,16 @@ pub fn relay_response_header(name: &str) -> bool {
             | "upgrade"
             | "content-length"
             | "set-cookie"
-    )
+    ) || name.starts_with("x-herma-"))
+}
+
+/// The header names listed in a `Connection` header value (lowercase): hop-by-hop by RFC 9110.
+pub fn connection_tokens(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -426,6 +447,20 @@ mod tests {
     }
 
     #[test]
+    fn a_herma_key_is_never_accepted_as_the_upstream_key() {
+        let err = resolve(
+            &settings(),
+            &ask(
+                Protocol::Messages,
+                Some("http://localhost:1"),
+                Some("hmk_0123456789abcdef_00"),
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, ProblemCode::ValidationFailed);
+    }
+
+    #[test]
     fn a_paused_provider_blocks_only_the_operator_key() {
         let mut s = settings();
         s.disabled_providers = vec![Provider::Anthropic];
@@ -468,5 +503,24 @@ mod tests {
             assert!(forward_request_header(name), "{name}");
         }
         assert!(!relay_response_header("transfer-encoding") && relay_response_header("request-id"));
+        assert!(
+            !relay_response_header("x-herma-receipt"),
+            "only Herma sets its own headers"
+        );
+        for name in [
+            "cf-connecting-ip",
+            "x-real-ip",
+            "true-client-ip",
+            "x-forwarded-for",
+        ] {
+            assert!(
+                !forward_request_header(name),
+                "{name}: the client's address stays here"
+            );
+        }
+        assert_eq!(
+            connection_tokens("keep-alive, X-Secret-Hop"),
+            ["keep-alive", "x-secret-hop"]
+        );
     }
 }

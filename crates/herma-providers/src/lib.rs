@@ -68,14 +68,17 @@ pub trait Upstream: Send + Sync {
 pub struct HttpUpstream {
     client: reqwest::Client,
     headers_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl HttpUpstream {
     /// A client that connects within `connect_timeout`, waits at most `headers_timeout` for the
-    /// response headers, follows no redirects and retries nothing.
+    /// response headers and `idle_timeout` between body chunks, follows no redirects and
+    /// retries nothing.
     pub fn new(
         connect_timeout: Duration,
         headers_timeout: Duration,
+        idle_timeout: Duration,
     ) -> Result<Self, UpstreamError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -88,6 +91,7 @@ impl HttpUpstream {
         Ok(Self {
             client,
             headers_timeout,
+            idle_timeout,
         })
     }
 }
@@ -119,9 +123,30 @@ impl Upstream for HttpUpstream {
             .iter()
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect();
-        let body = response
+        let idle = self.idle_timeout;
+        let chunks = response
             .bytes_stream()
             .map(|chunk| chunk.map_err(|e| UpstreamError::Body(describe(&e))));
+        // A stalled stream ends with an error instead of holding the connection forever.
+        let body = futures_util::stream::unfold(
+            (Box::pin(chunks), false),
+            move |(mut chunks, done)| async move {
+                if done {
+                    return None;
+                }
+                match tokio::time::timeout(idle, chunks.next()).await {
+                    Ok(Some(item)) => Some((item, (chunks, false))),
+                    Ok(None) => None,
+                    Err(_) => Some((
+                        Err(UpstreamError::Body(format!(
+                            "no data for {} s",
+                            idle.as_secs()
+                        ))),
+                        (chunks, true),
+                    )),
+                }
+            },
+        );
         Ok(UpstreamResponse {
             status,
             headers,

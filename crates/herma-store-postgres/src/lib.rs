@@ -555,6 +555,25 @@ impl ClaimStore for PgStore {
         .map_err(backend)?;
         claimed_ids(provision_ids, &rows)
     }
+
+    async fn release_claims(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+    ) -> StoreResult<()> {
+        if provision_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM conversation_claims WHERE caller_scope = $1 AND conversation_id = $2 AND provision_id = ANY($3)")
+            .bind(scope.as_str())
+            .bind(conversation_id)
+            .bind(provision_ids)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -561,6 +561,25 @@ impl ClaimStore for SqliteStore {
         .map_err(backend)?;
         claimed_ids(provision_ids, &rows)
     }
+
+    async fn release_claims(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+    ) -> StoreResult<()> {
+        if provision_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM conversation_claims WHERE caller_scope = ? AND conversation_id = ? AND provision_id IN (SELECT value FROM json_each(?))")
+            .bind(scope.as_str())
+            .bind(conversation_id)
+            .bind(to_json(&serde_json::json!(provision_ids))?)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -110,6 +110,15 @@ pub trait ClaimStore: Send + Sync {
         provision_ids: &[String],
         now: Timestamp,
     ) -> StoreResult<Vec<String>>;
+
+    /// Gives claims back (the shim never reached the model: the upstream failed or refused),
+    /// so the next request of the conversation gets it again.
+    async fn release_claims(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+    ) -> StoreResult<()>;
 }
 
 /// A migration applied by [`Store::migrate`].

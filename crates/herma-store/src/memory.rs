@@ -463,6 +463,21 @@ impl ClaimStore for MemoryStore {
             .cloned()
             .collect())
     }
+
+    async fn release_claims(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+    ) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        for id in provision_ids {
+            inner
+                .claims
+                .remove(&(scope.clone(), conversation_id.to_owned(), id.clone()));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -179,6 +179,14 @@ async fn handle(
                 .into_response()
         };
     }
+    if scenario == "spoof" {
+        // An upstream trying to pass off its own receipt header.
+        return (
+            [("x-herma-receipt", "rcpt_forged")],
+            axum::Json(Kind::Chat.json(&model, false)),
+        )
+            .into_response();
+    }
     if path.ends_with("/models") {
         return axum::Json(json!({"object": "list", "data": [{"id": "mock-model", "object": "model", "created": 1, "owned_by": "mock"}]})).into_response();
     }

@@ -86,8 +86,12 @@ fn arg(name: &str) -> Option<String> {
 async fn main() -> Result<(), String> {
     let bind = arg("--bind").unwrap_or_else(|| "127.0.0.1:0".into());
     let base = arg("--upstream").ok_or("--upstream URL is required")?;
-    let upstream = HttpUpstream::new(Duration::from_secs(10), Duration::from_secs(600))
-        .map_err(|e| e.to_string())?;
+    let upstream = HttpUpstream::new(
+        Duration::from_secs(10),
+        Duration::from_secs(600),
+        Duration::from_secs(300),
+    )
+    .map_err(|e| e.to_string())?;
     let app = Router::new()
         .fallback(forward)
         .with_state(Proxy { upstream, base });

@@ -107,6 +107,9 @@ pub struct ReceiptBody {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub usage: Option<Value>,
     pub timings: Timings,
+    /// When Herma could not complete the request: the problem code it answered with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::problem::ProblemCode>,
     pub created_at: Timestamp,
 }
 
@@ -173,6 +176,7 @@ mod tests {
             upstream_status: None,
             usage: None,
             timings: Timings::default(),
+            error: None,
             created_at: Timestamp::from_millis(5),
         }
     }

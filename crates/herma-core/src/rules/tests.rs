@@ -353,11 +353,13 @@ fn disabled_provisions_never_fire_and_globs_respect_separators() {
 fn required_literals_skip_wildcards_classes_and_alternations() {
     assert_eq!(
         required_literal("**/module7/*.rs").as_deref(),
-        Some("/module7/")
+        Some("module7/")
     );
+    assert_eq!(required_literal("**/main.tf").as_deref(), Some("main.tf"));
     assert_eq!(required_literal("**/*.tf").as_deref(), Some(".tf"));
     assert_eq!(required_literal("src/{a,bcdef}/x"), Some("src/".into()));
     assert_eq!(required_literal("[abcdef]*"), None);
+    assert_eq!(required_literal("[]ab]long-literal"), None);
     assert_eq!(required_literal("**/*"), None);
 }
 
@@ -370,6 +372,10 @@ fn prefiltered_globs_match_like_plain_globs() {
         "{docs,guides}/**/*.md",
         "*",
         "**/[Mm]akefile",
+        "**/main.tf",
+        "[[:digit:]]foo.rs",
+        "[]x]y.rs",
+        "a/**/b.txt",
     ];
     let set = RuleSet::compile(globs.iter().enumerate().map(|(i, g)| {
         provision(
@@ -385,14 +391,20 @@ fn prefiltered_globs_match_like_plain_globs() {
     }));
     for path in [
         "infra/main.tf",
+        "main.tf",
         "src/lib.rs",
         "src/a/lib.rs",
         "db/migrations/0001.sql",
+        "migrations/0001.sql",
         "docs/x/y.md",
         "guides/a.md",
         "README",
         "tools/Makefile",
         "tools/makefile",
+        "1foo.rs",
+        "]y.rs",
+        "a/b.txt",
+        "a/x/y/b.txt",
     ] {
         let got: Vec<String> = matched_ids(&set, &envelope("", &[path], &[]))
             .into_iter()

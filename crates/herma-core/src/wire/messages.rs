@@ -1,87 +1,30 @@
 //! Anthropic Messages: `system` (string or text blocks), `messages` with `tool_use` and
 //! `tool_result` blocks, `tools`, `metadata.user_id`.
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    Conversation, Envelope, InsertKind, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS,
-    MAX_TOOL_RESULTS, Present, Protocol, WrapKind, array_close, bounded,
-    first_message_conversation, object_open, offset_in, paths, push_unique, raw_array, raw_bool,
-    raw_object, raw_str,
+    Envelope, InsertKind, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Obj,
+    Protocol, WrapKind, array_close, bounded, first_message_conversation, native_conversation,
+    object_open, offset_in, paths, push_unique, raw_array, raw_bool, raw_str,
 };
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Top<'a> {
-    #[serde(borrow)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow)]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow)]
-    system: Present<'a>,
-    #[serde(borrow)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tools: Option<&'a RawValue>,
-    #[serde(borrow)]
-    metadata: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: Option<&'a RawValue>,
-    #[serde(borrow)]
-    content: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-pub(crate) struct Block<'a> {
-    #[serde(rename = "type", borrow)]
-    pub kind: Option<&'a RawValue>,
-    #[serde(borrow)]
-    pub text: Option<&'a RawValue>,
-    #[serde(borrow)]
-    pub name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    pub input: Option<&'a RawValue>,
-    #[serde(borrow)]
-    pub content: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Named<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Metadata<'a> {
-    #[serde(borrow)]
-    user_id: Option<&'a RawValue>,
-}
-
-/// Text of a string-or-blocks content: the string, or the `text` blocks joined.
+/// Text of a string-or-blocks content: the string, or the blocks of `text_types` joined.
 pub(crate) fn content_text(content: Option<&RawValue>, text_types: &[&str]) -> Option<String> {
     let content = content?;
     if let Some(text) = raw_str(Some(content)) {
         return Some(text);
     }
-    let mut parts = Vec::new();
-    for block in raw_array(Some(content)) {
-        let block: Block<'_> = raw_object(block);
-        let kind = raw_str(block.kind).unwrap_or_default();
-        if text_types.contains(&kind.as_str())
-            && let Some(text) = raw_str(block.text)
-        {
-            parts.push(text);
-        }
-    }
+    let parts: Vec<String> = raw_array(Some(content))
+        .into_iter()
+        .map(|block| Obj::of(Some(block)))
+        .filter(|block| {
+            block
+                .str("type")
+                .is_some_and(|kind| text_types.contains(&kind.as_str()))
+        })
+        .filter_map(|block| block.str("text"))
+        .collect();
     (!parts.is_empty()).then(|| parts.join("\n"))
 }
 
@@ -98,17 +41,17 @@ fn session_from_user_id(user_id: &str) -> Option<String> {
     user_id
         .rsplit_once("_session_")
         .map(|(_, s)| s.to_owned())
-        .filter(|s| !s.is_empty() && s.len() <= 128)
+        .filter(|s| !s.is_empty())
 }
 
 pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
-    let top: Top<'_> = serde_json::from_str(body)?;
-    let messages = raw_array(top.messages);
-    let parsed: Vec<(String, Option<&RawValue>, &RawValue)> = messages
-        .iter()
+    let top: Obj<'_> = serde_json::from_str(body)?;
+    let parsed: Vec<(String, Option<&RawValue>, &RawValue)> = top
+        .array("messages")
+        .into_iter()
         .map(|raw| {
-            let m: Message<'_> = raw_object(raw);
-            (raw_str(m.role).unwrap_or_default(), m.content, *raw)
+            let m = Obj::of(Some(raw));
+            (m.str("role").unwrap_or_default(), m.get("content"), raw)
         })
         .collect();
 
@@ -130,19 +73,19 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
     let mut found_paths = Vec::new();
     for (i, (_, content, _)) in parsed.iter().enumerate() {
         for block in raw_array(*content) {
-            let block: Block<'_> = raw_object(block);
-            match raw_str(block.kind).as_deref() {
+            let block = Obj::of(Some(block));
+            match block.str("type").as_deref() {
                 Some("tool_use") | Some("server_tool_use") => {
-                    let name = raw_str(block.name).unwrap_or_default();
+                    let name = block.str("name").unwrap_or_default();
                     if i >= window_start {
-                        paths::from_tool_input(&mut found_paths, &name, block.input);
+                        paths::from_tool_input(&mut found_paths, &name, block.get("input"));
                     }
                     push_unique(&mut tools_called, name, MAX_TOOL_NAMES);
                 }
                 Some("tool_result")
                     if i >= window_start && tool_results.len() < MAX_TOOL_RESULTS =>
                 {
-                    if let Some(text) = content_text(block.content, &["text"]) {
+                    if let Some(text) = content_text(block.get("content"), &["text"]) {
                         tool_results.push(bounded(text, MAX_TOOL_RESULT_CHARS));
                     }
                 }
@@ -152,29 +95,22 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
     }
 
     let mut tools_offered = Vec::new();
-    for tool in raw_array(top.tools) {
-        let tool: Named<'_> = raw_object(tool);
+    for tool in top.array("tools") {
         push_unique(
             &mut tools_offered,
-            raw_str(tool.name).unwrap_or_default(),
+            Obj::of(Some(tool)).str("name").unwrap_or_default(),
             MAX_TOOL_NAMES,
         );
     }
 
-    let system = match top.system.0 {
-        Some(raw) => raw_str(Some(raw)).or_else(|| content_text(Some(raw), &["text"])),
-        None => None,
-    };
+    let system_raw = top.get("system");
+    let system = system_raw
+        .and_then(|raw| raw_str(Some(raw)).or_else(|| content_text(Some(raw), &["text"])));
 
-    let conversation = top
-        .metadata
-        .map(raw_object::<Metadata<'_>>)
-        .and_then(|m| raw_str(m.user_id))
+    let conversation = Obj::of(top.get("metadata"))
+        .str("user_id")
         .and_then(|user_id| session_from_user_id(&user_id))
-        .map(|id| Conversation {
-            id,
-            source: super::ConversationSource::Native,
-        })
+        .map(native_conversation)
         .unwrap_or_else(|| {
             first_message_conversation(
                 parsed
@@ -187,7 +123,7 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
     let insertion = if parsed.is_empty() {
         None
     } else {
-        match top.system.0 {
+        match system_raw {
             Some(raw) => {
                 let start = offset_in(body, raw);
                 let end = start + raw.get().len();
@@ -221,8 +157,8 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
 
     Ok(Envelope {
         protocol: Protocol::Messages,
-        model: raw_str(top.model),
-        stream: raw_bool(top.stream).unwrap_or(false),
+        model: top.str("model"),
+        stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: false,
         system,
         user_text,

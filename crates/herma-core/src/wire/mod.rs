@@ -20,6 +20,8 @@ pub mod responses;
 pub mod sse;
 pub mod usage;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
@@ -113,7 +115,7 @@ impl HeaderFacts {
         let mut session: Option<(usize, String)> = None;
         for (name, value) in headers {
             let value = value.trim();
-            if value.is_empty() || value.len() > 256 {
+            if value.is_empty() || value.len() > MAX_CONVERSATION_ID {
                 continue;
             }
             if name == CONVERSATION_HEADER {
@@ -298,6 +300,22 @@ fn choose_conversation(headers: &HeaderFacts, from_body: Conversation) -> Conver
     from_body
 }
 
+/// Longest conversation id taken as it is; longer ones are digested.
+pub const MAX_CONVERSATION_ID: usize = 256;
+
+/// A harness's own session id from the body, bounded: an over-long one becomes a digest.
+pub(crate) fn native_conversation(id: String) -> Conversation {
+    let id = if id.len() > MAX_CONVERSATION_ID {
+        format!("h:{}", &hex::encode(Sha256::digest(id.as_bytes()))[..32])
+    } else {
+        id
+    };
+    Conversation {
+        id,
+        source: ConversationSource::Native,
+    }
+}
+
 /// `fm:` + 16 hex of SHA-256 over the first user message's raw JSON.
 pub(crate) fn first_message_conversation(raw: Option<&str>) -> Conversation {
     match raw {
@@ -314,14 +332,140 @@ pub(crate) fn first_message_conversation(raw: Option<&str>) -> Conversation {
 
 // ---- lenient readers over raw JSON -------------------------------------------------------
 
-/// A member that may be absent; unlike `Option<&RawValue>`, a JSON `null` is kept as present.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Present<'a>(pub Option<&'a RawValue>);
+/// A JSON object's members as raw values, read leniently: a repeated key keeps its last value
+/// (what most upstream JSON parsers do, so Herma reads the request the way the model's API
+/// will), and anything that is not an object reads as empty.
+#[derive(Debug, Default)]
+pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Present<'a> {
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        <&'a RawValue>::deserialize(deserializer).map(|raw| Present(Some(raw)))
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
     }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for ObjVisitor<'a> {
+            type Value = Obj<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Obj<'a>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
+                    let value: &'a RawValue = map.next_value()?;
+                    members.push((key, value));
+                }
+                Ok(Obj(members))
+            }
+        }
+        deserializer.deserialize_map(ObjVisitor(std::marker::PhantomData))
+    }
+}
+
+impl<'a> Obj<'a> {
+    /// The members of `raw` if it is an object, else none.
+    pub(crate) fn of(raw: Option<&'a RawValue>) -> Obj<'a> {
+        match raw {
+            Some(raw) if raw.get().starts_with('{') => {
+                serde_json::from_str(raw.get()).unwrap_or_default()
+            }
+            _ => Obj::default(),
+        }
+    }
+
+    /// The last value given for `key` (JSON `null` included).
+    pub(crate) fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    pub(crate) fn str(&self, key: &str) -> Option<String> {
+        raw_str(self.get(key))
+    }
+
+    pub(crate) fn array(&self, key: &str) -> Vec<&'a RawValue> {
+        raw_array(self.get(key))
+    }
+}
+
+/// Decodes the body of a JSON string literal, replacing what strict decoding refuses (a lone
+/// surrogate escape) with U+FFFD instead of giving up: Herma must read the text the model will.
+fn unescape_lossy(literal: &str) -> Option<String> {
+    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    let mut pending_high: Option<u32> = None;
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            if pending_high.take().is_some() {
+                out.push('\u{FFFD}');
+            }
+            out.push(c);
+            continue;
+        }
+        let escaped = chars.next()?;
+        if escaped != 'u' {
+            if pending_high.take().is_some() {
+                out.push('\u{FFFD}');
+            }
+            out.push(match escaped {
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                other => other,
+            });
+            continue;
+        }
+        let hex: String = chars.by_ref().take(4).collect();
+        let unit = u32::from_str_radix(&hex, 16).ok()?;
+        match (pending_high.take(), unit) {
+            (Some(high), 0xDC00..=0xDFFF) => {
+                let code = 0x10000 + ((high - 0xD800) << 10) + (unit - 0xDC00);
+                out.push(char::from_u32(code).unwrap_or('\u{FFFD}'));
+            }
+            (previous, 0xD800..=0xDBFF) => {
+                if previous.is_some() {
+                    out.push('\u{FFFD}');
+                }
+                pending_high = Some(unit);
+            }
+            (previous, unit) => {
+                if previous.is_some() {
+                    out.push('\u{FFFD}');
+                }
+                out.push(char::from_u32(unit).unwrap_or('\u{FFFD}'));
+            }
+        }
+    }
+    if pending_high.is_some() {
+        out.push('\u{FFFD}');
+    }
+    Some(out)
 }
 
 /// Byte offset of a borrowed raw value inside `body`.
@@ -334,7 +478,9 @@ pub(crate) fn raw_str(raw: Option<&RawValue>) -> Option<String> {
     if !raw.get().starts_with('"') {
         return None;
     }
-    serde_json::from_str(raw.get()).ok()
+    serde_json::from_str(raw.get())
+        .ok()
+        .or_else(|| unescape_lossy(raw.get()))
 }
 
 pub(crate) fn raw_bool(raw: Option<&RawValue>) -> Option<bool> {
@@ -353,14 +499,6 @@ pub(crate) fn raw_array(raw: Option<&RawValue>) -> Vec<&RawValue> {
         }
         _ => Vec::new(),
     }
-}
-
-/// Decodes a raw object into `T` (all of whose fields should be optional raw values).
-pub(crate) fn raw_object<'a, T: Deserialize<'a> + Default>(raw: &'a RawValue) -> T {
-    if !raw.get().starts_with('{') {
-        return T::default();
-    }
-    serde_json::from_str(raw.get()).unwrap_or_default()
 }
 
 /// Pushes `name` unless present or the list is full.

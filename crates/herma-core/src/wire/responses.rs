@@ -2,68 +2,16 @@
 //! `function_call_output`, `custom_tool_call`, `local_shell_call`, `additional_tools`, …),
 //! `tools`, `prompt_cache_key`.
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::chat::Function;
+use super::chat::tool_name as chat_tool_name;
 use super::messages::content_text;
 use super::{
     Conversation, ConversationSource, Envelope, InsertKind, Insertion, MAX_TOOL_NAMES,
-    MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Present, Protocol, WrapKind, bounded,
-    first_message_conversation, offset_in, paths, push_unique, raw_array, raw_bool, raw_object,
+    MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Obj, Protocol, WrapKind, bounded,
+    first_message_conversation, native_conversation, offset_in, paths, push_unique, raw_bool,
     raw_str,
 };
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Top<'a> {
-    #[serde(borrow)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow)]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow)]
-    instructions: Option<&'a RawValue>,
-    #[serde(borrow)]
-    input: Present<'a>,
-    #[serde(borrow)]
-    tools: Option<&'a RawValue>,
-    #[serde(borrow)]
-    prompt_cache_key: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Item<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow)]
-    role: Option<&'a RawValue>,
-    #[serde(borrow)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-    #[serde(borrow)]
-    input: Option<&'a RawValue>,
-    #[serde(borrow)]
-    output: Option<&'a RawValue>,
-    #[serde(borrow)]
-    action: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tools: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Tool<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    function: Option<&'a RawValue>,
-}
 
 /// The developer item a shim becomes (`shim_json` is an encoded JSON string).
 pub(crate) fn developer_item(shim_json: &str) -> String {
@@ -76,30 +24,27 @@ fn text_of(content: Option<&RawValue>) -> Option<String> {
     content_text(content, &["input_text", "text", "output_text"])
 }
 
+/// A Responses tool's name: `name` (function and custom tools), else its `type` (`web_search`).
 fn tool_name(tool: &RawValue) -> String {
-    let t: Tool<'_> = raw_object(tool);
-    raw_str(t.name)
-        .or_else(|| {
-            t.function
-                .and_then(|f| raw_str(raw_object::<Function<'_>>(f).name))
-        })
-        .or_else(|| raw_str(t.kind))
+    let tool = Obj::of(Some(tool));
+    chat_tool_name(&tool)
+        .or_else(|| tool.str("type"))
         .unwrap_or_default()
 }
 
 pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
-    let top: Top<'_> = serde_json::from_str(body)?;
+    let top: Obj<'_> = serde_json::from_str(body)?;
     let mut tools_offered = Vec::new();
-    for tool in raw_array(top.tools) {
+    for tool in top.array("tools") {
         push_unique(&mut tools_offered, tool_name(tool), MAX_TOOL_NAMES);
     }
 
     let mut envelope = Envelope {
         protocol: Protocol::Responses,
-        model: raw_str(top.model),
-        stream: raw_bool(top.stream).unwrap_or(false),
+        model: top.str("model"),
+        stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: false,
-        system: raw_str(top.instructions),
+        system: top.str("instructions"),
         user_text: String::new(),
         tools_offered,
         tools_called: Vec::new(),
@@ -112,10 +57,9 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
         insertion: None,
     };
 
-    let input = top.input.0;
+    let input = top.get("input");
     if let Some(raw) = input.filter(|raw| raw.get().starts_with('"')) {
         // A string input is one user message.
-        let text = raw_str(Some(raw)).unwrap_or_default();
         let start = offset_in(body, raw);
         envelope.insertion = Some(Insertion::WrapString {
             start,
@@ -123,18 +67,17 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             kind: WrapKind::ResponsesInputString,
         });
         envelope.conversation = first_message_conversation(Some(raw.get()));
-        envelope.user_text = text;
+        envelope.user_text = raw_str(Some(raw)).unwrap_or_default();
     } else {
-        let items = raw_array(input);
-        let parsed: Vec<(String, String, Item<'_>, &RawValue)> = items
-            .iter()
+        let parsed: Vec<(String, String, Obj<'_>, &RawValue)> = super::raw_array(input)
+            .into_iter()
             .map(|raw| {
-                let item: Item<'_> = raw_object(raw);
+                let item = Obj::of(Some(raw));
                 (
-                    raw_str(item.kind).unwrap_or_else(|| "message".into()),
-                    raw_str(item.role).unwrap_or_default(),
+                    item.str("type").unwrap_or_else(|| "message".into()),
+                    item.str("role").unwrap_or_default(),
                     item,
-                    *raw,
+                    raw,
                 )
             })
             .collect();
@@ -143,7 +86,7 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
         for (i, (kind, role, item, _)) in parsed.iter().enumerate().rev() {
             if kind == "message" && role == "user" {
                 last_user.get_or_insert(i);
-                if let Some(text) = text_of(item.content) {
+                if let Some(text) = text_of(item.get("content")) {
                     envelope.user_text = text;
                     window_start = i;
                     break;
@@ -155,22 +98,26 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             let in_window = i >= window_start;
             match kind.as_str() {
                 "message" if role == "system" || role == "developer" => {
-                    system_parts.extend(text_of(item.content))
+                    system_parts.extend(text_of(item.get("content")))
                 }
                 "function_call" | "custom_tool_call" => {
-                    let name = raw_str(item.name).unwrap_or_default();
+                    let name = item.str("name").unwrap_or_default();
                     if in_window {
                         paths::from_tool_arguments(
                             &mut envelope.paths,
                             &name,
-                            item.arguments.or(item.input),
+                            item.get("arguments").or(item.get("input")),
                         );
                     }
                     push_unique(&mut envelope.tools_called, name, MAX_TOOL_NAMES);
                 }
                 "local_shell_call" => {
                     if in_window {
-                        paths::from_tool_input(&mut envelope.paths, "local_shell", item.action);
+                        paths::from_tool_input(
+                            &mut envelope.paths,
+                            "local_shell",
+                            item.get("action"),
+                        );
                     }
                     push_unique(
                         &mut envelope.tools_called,
@@ -181,15 +128,14 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
                 "function_call_output" | "custom_tool_call_output" | "local_shell_call_output"
                     if in_window && envelope.tool_results.len() < MAX_TOOL_RESULTS =>
                 {
-                    let text = raw_str(item.output).or_else(|| text_of(item.output));
-                    if let Some(text) = text {
+                    if let Some(text) = item.str("output").or_else(|| text_of(item.get("output"))) {
                         envelope
                             .tool_results
                             .push(bounded(text, MAX_TOOL_RESULT_CHARS));
                     }
                 }
                 "additional_tools" => {
-                    for tool in raw_array(item.tools) {
+                    for tool in item.array("tools") {
                         push_unique(&mut envelope.tools_offered, tool_name(tool), MAX_TOOL_NAMES);
                     }
                 }
@@ -208,11 +154,8 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             kind: InsertKind::DeveloperItem,
         });
     }
-    if let Some(key) = raw_str(top.prompt_cache_key).filter(|k| !k.is_empty()) {
-        envelope.conversation = Conversation {
-            id: key,
-            source: ConversationSource::Native,
-        };
+    if let Some(key) = top.str("prompt_cache_key").filter(|k| !k.is_empty()) {
+        envelope.conversation = native_conversation(key);
     }
     Ok(envelope)
 }

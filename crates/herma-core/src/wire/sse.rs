@@ -31,6 +31,8 @@ pub struct Reader {
     current: Event,
     has_data: bool,
     skipping: bool,
+    /// The current event grew past `max_line`: it is dropped at its end.
+    oversized: bool,
     max_line: usize,
 }
 
@@ -46,6 +48,7 @@ impl Reader {
             line: Vec::new(),
             current: Event::default(),
             has_data: false,
+            oversized: false,
             skipping: false,
             max_line,
         }
@@ -78,10 +81,12 @@ impl Reader {
 
     fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(Event)) {
         if line.is_empty() {
-            if self.has_data || self.current.event.is_some() {
+            if !self.oversized && (self.has_data || self.current.event.is_some()) {
                 on_event(std::mem::take(&mut self.current));
             }
+            self.current = Event::default();
             self.has_data = false;
+            self.oversized = false;
             return;
         }
         if line[0] == b':' {
@@ -98,6 +103,12 @@ impl Reader {
         match field {
             b"event" => self.current.event = Some(value.into_owned()),
             b"data" => {
+                if self.oversized || self.current.data.len() + value.len() > self.max_line {
+                    // An event is bounded like a line: many data lines cannot grow it forever.
+                    self.oversized = true;
+                    self.current.data = String::new();
+                    return;
+                }
                 if self.has_data {
                     self.current.data.push('\n');
                 }
@@ -141,6 +152,23 @@ mod tests {
         assert_eq!(whole[2].data, "[DONE]");
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(read_all(&bytes), whole);
+    }
+
+    #[test]
+    fn events_of_many_data_lines_are_bounded_too() {
+        let mut reader = Reader::new(16);
+        let mut events = Vec::new();
+        reader.feed(
+            b"data: 0123456789\ndata: 0123456789\ndata: x\n\ndata: ok\n\n",
+            &mut |e| events.push(e),
+        );
+        assert_eq!(
+            events,
+            vec![Event {
+                event: None,
+                data: "ok".into()
+            }]
+        );
     }
 
     #[test]

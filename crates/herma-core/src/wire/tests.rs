@@ -401,3 +401,37 @@ fn errors_use_each_protocols_shape_and_keep_the_code() {
     assert_eq!(openai["error"]["code"], "contributor_tier_refused");
     assert_eq!(openai["error"]["param"], "/model");
 }
+
+#[test]
+fn herma_reads_what_the_upstream_reads_even_from_odd_json() {
+    // A lone surrogate escape: strict decoders refuse it, lenient upstreams accept it. Herma
+    // must still see the prompt, or a rule could be dodged.
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"please deploy \ud800 now"}]}"#;
+    let e = extract(Protocol::ChatCompletions, body);
+    assert_eq!(e.user_text, "please deploy \u{FFFD} now");
+    // Repeated keys: the last value counts, as in most JSON parsers upstream.
+    let body = r#"{"model":"a","model":"b","messages":[{"role":"user","content":"decoy","content":"deploy it","role":"user"}]}"#;
+    let e = extract(Protocol::ChatCompletions, body);
+    assert_eq!(
+        (e.model.as_deref(), e.user_text.as_str()),
+        (Some("b"), "deploy it")
+    );
+    let body = r#"{"model":"m","system":"first","system":[{"type":"text","text":"second"}],"messages":[{"role":"user","content":"hi"}]}"#;
+    let e = extract(Protocol::Messages, body);
+    assert_eq!(e.system.as_deref(), Some("second"));
+    let out = parse(&e.with_shim(body.as_bytes(), "S").unwrap());
+    assert_eq!(
+        out["system"],
+        json!([{"type": "text", "text": "second"}, {"type": "text", "text": "S"}]),
+        "the shim joins the system that counts"
+    );
+}
+
+#[test]
+fn over_long_session_ids_are_digested() {
+    let long = "x".repeat(1000);
+    let body = json!({"model": "m", "prompt_cache_key": long, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let e = extract(Protocol::ChatCompletions, &body);
+    assert_eq!(e.conversation.source, ConversationSource::Native);
+    assert!(e.conversation.id.starts_with("h:") && e.conversation.id.len() == 34);
+}

@@ -79,7 +79,7 @@ impl UsageObserver {
     pub fn finish(mut self) -> Option<Value> {
         if !self.streaming
             && !self.overflowed
-            && self.json.first() == Some(&b'{')
+            && self.json.trim_ascii_start().first() == Some(&b'{')
             && let Ok(UsageOnly { usage: Some(raw) }) =
                 serde_json::from_slice::<UsageOnly<'_>>(&self.json)
             && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw.get())

@@ -138,7 +138,16 @@ async fn handle(
             }
             response
         }
-        Err(problem) => ProtocolError(protocol, problem).into_response(),
+        Err(failure) => {
+            let mut response = ProtocolError(protocol, failure.problem).into_response();
+            if let Some(v) = failure
+                .receipt_id
+                .and_then(|id| HeaderValue::from_str(&id).ok())
+            {
+                response.headers_mut().insert("x-herma-receipt", v);
+            }
+            response
+        }
     }
 }
 

@@ -833,3 +833,215 @@ async fn the_rule_index_is_rebuilt_only_when_a_provision_changes() {
         "changed elsewhere"
     );
 }
+
+#[tokio::test]
+async fn a_failed_forward_keeps_its_receipt_and_gives_once_only_claims_back() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    configure(
+        &app,
+        &key,
+        "/v1/context",
+        json!({"id": "c", "kind": "detail", "schema_or_body": "Once."}),
+    )
+    .await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "once", "action": "shim_context", "once_per_conversation": true, "triggers": {"keywords": ["deploy"]}, "context_refs": ["c"]})).await;
+    let path = "/v1/messages";
+    // A port nothing listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let response = app
+        .client
+        .post(app.url(path))
+        .header("x-api-key", &key)
+        .header("X-Upstream-Base-Url", format!("http://127.0.0.1:{closed}"))
+        .header("x-herma-conversation-id", "conv")
+        .json(&body(path, "m", "deploy", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    let receipt_id = response.headers()["x-herma-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let v: Value = response.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "upstream_unreachable");
+    let r = receipt(&app, &key, &receipt_id).await;
+    assert_eq!(r["error"], "upstream_unreachable");
+    // The shim never reached a model, so the retry still gets it; an upstream error gives it back too.
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "deploy", false),
+        &[
+            ("x-herma-conversation-id", "conv"),
+            ("x-mock-scenario", "rate_limit"),
+        ],
+    )
+    .await;
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "deploy", false),
+        &[("x-herma-conversation-id", "conv")],
+    )
+    .await;
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "deploy", false),
+        &[("x-herma-conversation-id", "conv")],
+    )
+    .await;
+    let shimmed: Vec<bool> = mock
+        .requests()
+        .iter()
+        .map(|r| r.json()["system"].as_array().is_some_and(|s| s.len() == 2))
+        .collect();
+    assert_eq!(shimmed, [true, true, false]);
+    // A refused host spends nothing either.
+    let refused = app
+        .client
+        .post(app.url(path))
+        .header("x-api-key", &key)
+        .header("X-Upstream-Base-Url", "https://elsewhere.example")
+        .header("x-herma-conversation-id", "fresh")
+        .json(&body(path, "m", "deploy", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "deploy", false),
+        &[("x-herma-conversation-id", "fresh")],
+    )
+    .await;
+    assert!(
+        mock.requests().last().unwrap().json()["system"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    );
+}
+
+#[tokio::test]
+async fn a_once_only_shim_is_not_spent_when_a_direct_answer_decides() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    configure(
+        &app,
+        &key,
+        "/v1/context",
+        json!({"id": "c", "kind": "detail", "schema_or_body": "Context."}),
+    )
+    .await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "s1", "priority": 30, "action": "shim_context", "once_per_conversation": true, "triggers": {"keywords": ["alpha", "both"]}, "context_refs": ["c"]})).await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "r", "priority": 20, "action": "respond_directly", "triggers": {"keywords": ["both"]}, "response": {"text": "answered"}})).await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "s2", "priority": 10, "action": "shim_context", "once_per_conversation": true, "triggers": {"keywords": ["beta", "both"]}, "context_refs": ["c"]})).await;
+    let path = "/v1/chat/completions";
+    let conv = [("x-herma-conversation-id", "conv")];
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "alpha", false),
+        &conv,
+    )
+    .await; // s1 applies, once
+    let answered: Value = send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "both", false),
+        &conv,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        answered["choices"][0]["message"]["content"], "answered",
+        "s1 is spent, so r decides"
+    );
+    send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "beta", false),
+        &conv,
+    )
+    .await; // s2 was never used
+    let shims: Vec<usize> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            r.json()["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "system")
+                .count()
+                - 1
+        })
+        .collect();
+    assert_eq!(shims, [1, 1], "both upstream requests carried their shim");
+}
+
+#[tokio::test]
+async fn herma_keys_are_refused_as_upstream_keys_and_upstream_herma_headers_are_dropped() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let path = "/v1/chat/completions";
+    let response = send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "hi", false),
+        &[("X-Upstream-Api-Key", "hmk_0123456789abcdef_leaked")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(mock.requests().is_empty());
+    let ok = send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "hi", false),
+        &[("x-mock-scenario", "spoof")],
+    )
+    .await;
+    let receipts: Vec<_> = ok
+        .headers()
+        .get_all("x-herma-receipt")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        receipts.len(),
+        1,
+        "only Herma's own receipt header: {receipts:?}"
+    );
+    assert!(receipts[0].starts_with("rcpt_"));
+}
