@@ -13,7 +13,9 @@ pub mod clock;
 pub mod dry_run;
 pub mod error;
 pub mod gate;
+pub mod insights;
 pub mod keys;
+pub mod memory;
 pub mod proxy;
 pub mod receipts;
 pub mod records;
@@ -33,6 +35,7 @@ use herma_store::Store;
 
 use clock::{Clock, OsRandom, Random, SystemClock};
 use gate::Gate;
+use memory::MemoryWorker;
 use receipts::ReceiptWriter;
 use rule_cache::RuleCache;
 
@@ -43,6 +46,8 @@ pub struct App {
     pub gate: Gate,
     pub rules: RuleCache,
     pub receipts: Arc<ReceiptWriter>,
+    /// `None` when `HERMA_MEMORY_ENABLED=false`.
+    pub memory: Option<Arc<MemoryWorker>>,
     pub upstream: Arc<dyn Upstream>,
     pub settings: Settings,
 }
@@ -94,6 +99,13 @@ impl App {
         let rules = RuleCache::new(store.clone(), clock.clone(), settings.rules_cache_ttl_ms);
         let capacity = usize::try_from(settings.receipt_queue_capacity).unwrap_or(10_000);
         let receipts = Arc::new(ReceiptWriter::spawn(store.clone(), capacity));
+        let memory = settings.memory_enabled.then(|| {
+            Arc::new(MemoryWorker::spawn(
+                store.clone(),
+                usize::try_from(settings.memory_queue_capacity).unwrap_or(10_000),
+                settings.memory_max_entities,
+            ))
+        });
         Self {
             store,
             clock,
@@ -101,6 +113,7 @@ impl App {
             gate,
             rules,
             receipts,
+            memory,
             upstream,
             settings,
         }
@@ -109,5 +122,8 @@ impl App {
     /// Finishes background work: every queued receipt is written.
     pub async fn shutdown(&self) {
         self.receipts.shutdown().await;
+        if let Some(memory) = &self.memory {
+            memory.shutdown().await;
+        }
     }
 }

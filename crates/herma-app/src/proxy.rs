@@ -12,7 +12,10 @@ use bytes::Bytes;
 use futures_util::Stream;
 use herma_core::contributor::refuse_contributor_model;
 use herma_core::gate::KeyPrincipal;
-use herma_core::model::{Action, MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
+use herma_core::memory::project_tag;
+use herma_core::model::{
+    Action, MatchedRule, OutcomeKind, ReceiptAction, ReceiptBody, Tier, Timings,
+};
 use herma_core::rules::{Decision, RuleMatch, decide};
 use herma_core::shim::{RenderedShim, ShimEntry, render};
 use herma_core::upstream::{
@@ -26,10 +29,15 @@ use herma_core::{CallerScope, Problem, ProblemCode};
 use herma_providers::{BodyStream, UpstreamError, UpstreamRequest};
 
 use crate::App;
+use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
 use crate::receipts::ReceiptWriter;
 use crate::rule_cache::RuleSnapshot;
 
+/// Names the project a request belongs to (entity memory is kept per project).
+pub const PROJECT_HEADER: &str = "x-herma-project";
+
 /// What a proxied route asks for.
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProxyRoute {
     /// One of the three protocols: rules, shims, direct answers, receipts.
@@ -366,6 +374,12 @@ impl App {
                 };
                 receipt.action = ReceiptAction::RespondedDirectly;
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));
+                if let Some(memory) = &self.memory {
+                    let mut turn = self.turn_record(&request, &envelope, &receipt, &receipt_id);
+                    turn.response = body.to_vec();
+                    turn.streaming = envelope.stream;
+                    memory.submit(turn);
+                }
                 self.receipts.submit(receipt.seal(receipt_id.clone())).await;
                 return Ok(ProxyReply::Direct {
                     receipt_id,
@@ -413,18 +427,69 @@ impl App {
         let streaming = headers
             .iter()
             .any(|(n, v)| n == "content-type" && v.starts_with(b"text/event-stream"));
+        let memory = self.memory.clone().map(|m| {
+            (
+                m,
+                self.turn_record(&request, &envelope, &receipt, &receipt_id),
+            )
+        });
         let observed = ObservedBody {
             inner: body,
             observer: Some(UsageObserver::new(protocol, streaming)),
             pending: Some((receipt, receipt_id.clone(), request.received)),
             writer: self.receipts.clone(),
+            memory,
+            captured: Vec::new(),
+            streaming,
         };
+
         Ok(ProxyReply::Upstream {
             receipt_id: Some(receipt_id),
             status,
             headers,
             body: Box::pin(observed),
         })
+    }
+
+    /// What memory needs from this turn (the response is added when it has been relayed).
+    fn turn_record(
+        &self,
+        request: &ProxyRequest,
+        envelope: &Envelope,
+        receipt: &ReceiptBody,
+        receipt_id: &str,
+    ) -> TurnRecord {
+        let outcomes = receipt
+            .matched
+            .iter()
+            .map(|m| {
+                let outcome = match (m.applied, receipt.action) {
+                    (true, ReceiptAction::Shimmed) => OutcomeKind::Injected,
+                    (true, ReceiptAction::RespondedDirectly) => OutcomeKind::RespondedDirectly,
+                    _ => OutcomeKind::Matched,
+                };
+                (m.provision_id.clone(), m.version, outcome)
+            })
+            .collect();
+        TurnRecord {
+            scope: receipt.caller_scope.clone(),
+            project_tag: project_tag(request.header(PROJECT_HEADER), envelope.system.as_deref()),
+            protocol: envelope.protocol,
+            conversation_id: if envelope.conversation.source == ConversationSource::None {
+                String::new()
+            } else {
+                envelope.conversation.id.clone()
+            },
+            turn: envelope.turn,
+            receipt_id: receipt_id.to_owned(),
+            outcomes,
+            user_text: envelope.user_text.clone(),
+            tool_results: envelope.tool_results.clone(),
+            paths: envelope.paths.clone(),
+            response: Vec::new(),
+            streaming: false,
+            at: self.clock.now(),
+        }
     }
 
     async fn release(&self, scope: &CallerScope, envelope: &Envelope, claimed: &[String]) {
@@ -568,6 +633,10 @@ struct ObservedBody {
     observer: Option<UsageObserver>,
     pending: Option<(ReceiptBody, String, Instant)>,
     writer: Arc<ReceiptWriter>,
+    /// The turn memory will read once the answer has been relayed, and the answer so far.
+    memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
+    captured: Vec<u8>,
+    streaming: bool,
 }
 
 impl ObservedBody {
@@ -576,6 +645,11 @@ impl ObservedBody {
             receipt.usage = self.observer.take().and_then(UsageObserver::finish);
             receipt.timings.total_micros = Some(elapsed_micros(received));
             self.writer.submit_detached(receipt.seal(id));
+        }
+        if let Some((memory, mut turn)) = self.memory.take() {
+            turn.response = std::mem::take(&mut self.captured);
+            turn.streaming = self.streaming;
+            memory.submit(turn);
         }
     }
 }
@@ -589,6 +663,11 @@ impl Stream for ObservedBody {
             Poll::Ready(Some(Ok(chunk))) => {
                 if let Some(observer) = this.observer.as_mut() {
                     observer.feed(&chunk);
+                }
+                if this.memory.is_some() {
+                    let room = MAX_CAPTURED_RESPONSE.saturating_sub(this.captured.len());
+                    this.captured
+                        .extend_from_slice(&chunk[..chunk.len().min(room)]);
                 }
                 Poll::Ready(Some(Ok(chunk)))
             }

@@ -2,12 +2,12 @@
 //! off the request path. A full queue makes submitters wait (back-pressure); nothing is ever
 //! dropped silently. Shutdown closes the queue and waits until every receipt is written.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use herma_core::model::InjectionReceipt;
-use herma_store::Store;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use herma_store::ReceiptStore;
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -27,7 +27,7 @@ enum Message {
 pub struct ReceiptWriter {
     sender: RwLock<Option<mpsc::Sender<Message>>>,
     capacity: usize,
-    store: Arc<dyn Store>,
+    store: Arc<dyn ReceiptStore>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Receipts handed to background tasks (the queue was full, or already closed); shutdown
     /// waits for them too.
@@ -37,7 +37,7 @@ pub struct ReceiptWriter {
 
 impl ReceiptWriter {
     /// Starts the writer task on the current runtime.
-    pub fn spawn(store: Arc<dyn Store>, capacity: usize) -> Self {
+    pub fn spawn(store: Arc<dyn ReceiptStore>, capacity: usize) -> Self {
         let capacity = capacity.max(1);
         let (sender, receiver) = mpsc::channel(capacity);
         let task = tokio::spawn(drain(store.clone(), receiver));
@@ -136,7 +136,7 @@ impl ReceiptWriter {
     }
 }
 
-async fn drain(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>) {
+async fn drain(store: Arc<dyn ReceiptStore>, mut receiver: mpsc::Receiver<Message>) {
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
         // Under light load receipts trickle in one by one; waiting a moment lets one write
@@ -169,7 +169,7 @@ async fn drain(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>) {
 
 /// Writes a batch, retrying a failing store with backoff; a batch that still fails is logged
 /// with every receipt id, never discarded quietly.
-async fn write_batch(store: &dyn Store, batch: Vec<InjectionReceipt>) {
+async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
         match store.insert_receipts(&batch).await {
@@ -202,17 +202,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use async_trait::async_trait;
-    use herma_core::key::KeyId;
-    use herma_core::model::{
-        HarnessKey, ReceiptAction, ReceiptBody, RuleOutcomeRecord, Timings, WorkingEntity,
-    };
+    use herma_core::model::{ReceiptAction, ReceiptBody, Timings};
     use herma_core::{CallerScope, Timestamp};
-    use herma_store::{
-        AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
-        ImportSummary, KeyStore, MemoryStore, OutcomeStore, Page, ReceiptStore, Revisions,
-        StoreError, StoreResult, StoredDoc,
-    };
-    use serde_json::Value;
+    use herma_store::{MemoryStore, StoreError, StoreResult};
     use tokio::sync::Semaphore;
 
     use super::*;
@@ -244,162 +236,6 @@ mod tests {
             id: &str,
         ) -> StoreResult<Option<InjectionReceipt>> {
             self.inner.get_receipt(scope, id).await
-        }
-    }
-
-    #[async_trait]
-    impl KeyStore for Gated {
-        async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
-            self.inner.insert_key(key).await
-        }
-        async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>> {
-            self.inner.find_key(key_id).await
-        }
-        async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>> {
-            self.inner.list_keys().await
-        }
-        async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool> {
-            self.inner.revoke_key(key_id, at).await
-        }
-    }
-
-    #[async_trait]
-    impl DocumentStore for Gated {
-        async fn create_doc(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            id: &str,
-            body: &Value,
-            now: Timestamp,
-        ) -> StoreResult<StoredDoc> {
-            self.inner.create_doc(c, s, id, body, now).await
-        }
-        async fn get_doc(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            id: &str,
-        ) -> StoreResult<Option<StoredDoc>> {
-            self.inner.get_doc(c, s, id).await
-        }
-        async fn get_docs(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            ids: &[String],
-        ) -> StoreResult<Vec<StoredDoc>> {
-            self.inner.get_docs(c, s, ids).await
-        }
-        async fn list_docs(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            page: &Page,
-        ) -> StoreResult<Vec<StoredDoc>> {
-            self.inner.list_docs(c, s, page).await
-        }
-        async fn update_doc(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            id: &str,
-            body: &Value,
-            v: u64,
-            now: Timestamp,
-        ) -> StoreResult<StoredDoc> {
-            self.inner.update_doc(c, s, id, body, v, now).await
-        }
-        async fn delete_doc(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            id: &str,
-            v: Option<u64>,
-        ) -> StoreResult<()> {
-            self.inner.delete_doc(c, s, id, v).await
-        }
-        async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {
-            self.inner.revisions(scopes).await
-        }
-        async fn import_docs(
-            &self,
-            c: Collection,
-            s: &CallerScope,
-            docs: &[(String, Value)],
-            now: Timestamp,
-        ) -> StoreResult<ImportSummary> {
-            self.inner.import_docs(c, s, docs, now).await
-        }
-    }
-
-    #[async_trait]
-    impl EntityStore for Gated {
-        async fn record_entities(
-            &self,
-            s: &CallerScope,
-            p: &str,
-            o: &[EntityObservation],
-            now: Timestamp,
-            max: u64,
-        ) -> StoreResult<u64> {
-            self.inner.record_entities(s, p, o, now, max).await
-        }
-        async fn list_entities(
-            &self,
-            s: &CallerScope,
-            p: Option<&str>,
-            limit: u32,
-        ) -> StoreResult<Vec<WorkingEntity>> {
-            self.inner.list_entities(s, p, limit).await
-        }
-    }
-
-    #[async_trait]
-    impl OutcomeStore for Gated {
-        async fn insert_outcomes(&self, o: &[RuleOutcomeRecord]) -> StoreResult<()> {
-            self.inner.insert_outcomes(o).await
-        }
-        async fn list_outcomes(
-            &self,
-            s: &CallerScope,
-            limit: u32,
-        ) -> StoreResult<Vec<RuleOutcomeRecord>> {
-            self.inner.list_outcomes(s, limit).await
-        }
-    }
-
-    #[async_trait]
-    impl ClaimStore for Gated {
-        async fn claim_once(
-            &self,
-            s: &CallerScope,
-            c: &str,
-            ids: &[String],
-            now: Timestamp,
-        ) -> StoreResult<Vec<String>> {
-            self.inner.claim_once(s, c, ids, now).await
-        }
-        async fn release_claims(
-            &self,
-            s: &CallerScope,
-            c: &str,
-            ids: &[String],
-        ) -> StoreResult<()> {
-            self.inner.release_claims(s, c, ids).await
-        }
-    }
-
-    #[async_trait]
-    impl Store for Gated {
-        fn backend(&self) -> &'static str {
-            "gated"
-        }
-        async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>> {
-            Ok(Vec::new())
-        }
-        async fn ping(&self) -> StoreResult<()> {
-            Ok(())
         }
     }
 

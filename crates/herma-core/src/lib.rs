@@ -13,6 +13,7 @@ pub mod contributor;
 pub mod gate;
 pub mod json;
 pub mod key;
+pub mod memory;
 pub mod model;
 pub mod problem;
 pub mod rules;

@@ -132,6 +132,24 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "Receipts waiting to be written; when full, requests wait (receipts are never dropped).",
     },
     SettingInfo {
+        name: "HERMA_MEMORY_ENABLED",
+        secret: false,
+        default: "true",
+        description: "Entity memory and rule outcomes (`true` or `false`).",
+    },
+    SettingInfo {
+        name: "HERMA_MEMORY_MAX_ENTITIES",
+        secret: false,
+        default: "5000",
+        description: "Working entities kept per caller; the rarest, oldest are evicted beyond it.",
+    },
+    SettingInfo {
+        name: "HERMA_MEMORY_QUEUE_CAPACITY",
+        secret: false,
+        default: "10000",
+        description: "Turns waiting for memory processing; beyond it turns are skipped (and counted).",
+    },
+    SettingInfo {
         name: "HERMA_LOG",
         secret: false,
         default: "info",
@@ -246,6 +264,9 @@ pub struct Settings {
     pub upstream_idle_timeout_ms: u64,
     pub rules_cache_ttl_ms: u64,
     pub receipt_queue_capacity: u64,
+    pub memory_enabled: bool,
+    pub memory_max_entities: u64,
+    pub memory_queue_capacity: u64,
 }
 
 /// An invalid setting, by name.
@@ -359,6 +380,19 @@ impl Settings {
             number("HERMA_UPSTREAM_IDLE_TIMEOUT_MS", 300_000, 1, 3_600_000);
         let rules_cache_ttl_ms = number("HERMA_RULES_CACHE_TTL_MS", 1000, 0, 60_000);
         let receipt_queue_capacity = number("HERMA_RECEIPT_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
+        let memory_max_entities = number("HERMA_MEMORY_MAX_ENTITIES", 5000, 1, 10_000_000);
+        let memory_queue_capacity = number("HERMA_MEMORY_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
+        let memory_enabled = match setting(map, "HERMA_MEMORY_ENABLED") {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                fail(
+                    "HERMA_MEMORY_ENABLED",
+                    format!("`{other}` is neither `true` nor `false`"),
+                );
+                true
+            }
+        };
 
         let mut upstream = UpstreamSettings::default();
         if let Some(raw) = setting(map, "HERMA_UPSTREAM_BASE_URL") {
@@ -443,6 +477,9 @@ impl Settings {
                 upstream_idle_timeout_ms,
                 rules_cache_ttl_ms,
                 receipt_queue_capacity,
+                memory_enabled,
+                memory_max_entities,
+                memory_queue_capacity,
             })
         } else {
             Err(errors)

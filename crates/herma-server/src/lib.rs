@@ -44,7 +44,7 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, dry_run, proxy, receipts, records, system};
+    use routes::{admin, dry_run, memory, proxy, receipts, records, system};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::root))
         .routes(routes!(system::healthz))
@@ -74,6 +74,10 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(proxy::count_tokens))
         .routes(routes!(proxy::models))
         .routes(routes!(dry_run::dry_run))
+        .routes(routes!(memory::memory))
+        .routes(routes!(memory::outcomes))
+        .routes(routes!(memory::insights))
+        .routes(routes!(memory::approve_candidate))
         .split_for_parts()
 }
 

@@ -18,7 +18,9 @@ use utoipa::{Modify, OpenApi};
         (name = "provisions", description = "Your rules: triggers and actions"),
         (name = "context", description = "Your context entries: nouns, verbs and details"),
         (name = "proxy", description = "Model traffic: the three wire protocols, and dry runs"),
-        (name = "receipts", description = "What Herma did with a request"),
+                (name = "receipts", description = "What Herma did with a request"),
+        (name = "insights", description = "Entity memory, rule outcomes, insights and candidate provisions"),
+
 
         (name = "admin", description = "Keys (bootstrap token or admin key)"),
         (name = "system", description = "Health, identity, this document"),

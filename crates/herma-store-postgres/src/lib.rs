@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use herma_core::key::KeyId;
+use herma_core::memory::RuleStats;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{
@@ -17,8 +18,8 @@ use herma_store::{
     StoreError, StoreResult, StoredDoc,
 };
 use herma_store_sql::{
-    backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
-    receipt_from_row, revisions_from_rows, to_i64, to_json, version_of,
+    SqlRow, backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
+    receipt_from_row, revisions_from_rows, rule_stats_from_rows, to_i64, to_json, version_of,
 };
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -31,6 +32,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "revisions_and_claims",
         include_str!("../migrations/0002_revisions_and_claims.sql"),
     ),
+    (3, "memory", include_str!("../migrations/0003_memory.sql")),
 ];
 
 /// Key of the advisory lock that serializes migrations across processes.
@@ -415,6 +417,16 @@ impl ReceiptStore for PgStore {
 
 #[async_trait]
 impl EntityStore for PgStore {
+    async fn entity_evictions(&self, scope: &CallerScope) -> StoreResult<u64> {
+        let evicted: Option<i64> =
+            sqlx::query_scalar("SELECT evicted FROM entity_evictions WHERE caller_scope = $1")
+                .bind(scope.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(evicted.map(|n| n.max(0) as u64).unwrap_or(0))
+    }
+
     async fn record_entities(
         &self,
         scope: &CallerScope,
@@ -458,6 +470,15 @@ impl EntityStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+            sqlx::query(
+                "INSERT INTO entity_evictions (caller_scope, evicted) VALUES ($1, $2)
+                 ON CONFLICT (caller_scope) DO UPDATE SET evicted = entity_evictions.evicted + excluded.evicted",
+            )
+            .bind(scope.as_str())
+            .bind(to_i64(excess)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         }
         tx.commit().await.map_err(backend)?;
         Ok(excess)
@@ -485,6 +506,41 @@ impl EntityStore for PgStore {
 
 #[async_trait]
 impl OutcomeStore for PgStore {
+    async fn fired_in_turn(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        turn: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT provision_id, provision_version AS version FROM rule_outcomes
+             WHERE caller_scope = $1 AND conversation_id = $2 AND turn = $3
+               AND outcome IN ('injected', 'responded_directly')
+             ORDER BY provision_id, provision_version",
+        )
+        .bind(scope.as_str())
+        .bind(conversation_id)
+        .bind(to_i64(turn)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|r| Ok((r.text("provision_id")?, version_of(r)?)))
+            .collect()
+    }
+
+    async fn rule_stats(&self, scope: &CallerScope) -> StoreResult<Vec<RuleStats>> {
+        let rows = sqlx::query(
+            "SELECT provision_id, outcome, count(*) AS version FROM rule_outcomes WHERE caller_scope = $1
+             GROUP BY provision_id, outcome ORDER BY provision_id",
+        )
+        .bind(scope.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rule_stats_from_rows(&rows)
+    }
+
     async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
         if outcomes.is_empty() {
             return Ok(());

@@ -163,3 +163,28 @@ pub fn claimed_ids(asked: &[String], rows: &[impl SqlRow]) -> StoreResult<Vec<St
     out.dedup();
     Ok(out)
 }
+
+/// Folds `(provision_id, outcome, count AS version)` rows into per-provision stats.
+pub fn rule_stats_from_rows(
+    rows: &[impl SqlRow],
+) -> StoreResult<Vec<herma_core::memory::RuleStats>> {
+    let mut out: Vec<herma_core::memory::RuleStats> = Vec::new();
+    for row in rows {
+        let id = row.text("provision_id")?;
+        let outcome =
+            OutcomeKind::parse(&row.text("outcome")?).ok_or_else(|| corrupt("outcome"))?;
+        let count = version_of(row)?;
+        match out.last_mut() {
+            Some(last) if last.provision_id == id => last.add(outcome, count),
+            _ => {
+                let mut stats = herma_core::memory::RuleStats {
+                    provision_id: id,
+                    ..Default::default()
+                };
+                stats.add(outcome, count);
+                out.push(stats);
+            }
+        }
+    }
+    Ok(out)
+}

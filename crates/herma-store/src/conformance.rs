@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
             outcomes_are_listed_newest_first_per_scope,
             h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner,
             revisions_count_every_change_per_scope_and_collection,
+            outcomes_answer_which_rules_fired_in_a_turn_and_how_often,
             h08_once_per_conversation_claims_have_one_winner,
         );
 
@@ -616,6 +617,12 @@ pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn
         .await
         .unwrap();
     assert_eq!(evicted, 1);
+    assert_eq!(
+        store.entity_evictions(&scope).await.unwrap(),
+        1,
+        "evictions are counted"
+    );
+    assert_eq!(store.entity_evictions(&other).await.unwrap(), 0);
     let values: Vec<_> = store
         .list_entities(&scope, None, 10)
         .await
@@ -854,6 +861,64 @@ pub async fn h08_once_per_conversation_claims_have_one_winner(store: Arc<dyn Sto
         winners += t.await.unwrap().len();
     }
     assert_eq!(winners, 1);
+}
+
+pub async fn outcomes_answer_which_rules_fired_in_a_turn_and_how_often(store: Arc<dyn Store>) {
+    use herma_core::memory::RuleStats;
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let outcome =
+        |scope: &CallerScope, conversation: &str, turn, id: &str, kind| RuleOutcomeRecord {
+            caller_scope: scope.clone(),
+            conversation_id: conversation.into(),
+            turn,
+            provision_id: id.into(),
+            provision_version: 2,
+            outcome: kind,
+            error_signature: (kind == OutcomeKind::RetryError).then(|| "rust:E0308".to_owned()),
+            receipt_id: None,
+            recorded_at: at(turn as i64),
+        };
+    store
+        .insert_outcomes(&[
+            outcome(&a, "c1", 1, "shim", OutcomeKind::Injected),
+            outcome(&a, "c1", 1, "direct", OutcomeKind::RespondedDirectly),
+            outcome(&a, "c1", 2, "shim", OutcomeKind::Injected),
+            outcome(&a, "c1", 1, "shim", OutcomeKind::RetryError),
+            outcome(&a, "c2", 1, "other", OutcomeKind::Injected),
+            outcome(&b, "c1", 1, "theirs", OutcomeKind::Injected),
+        ])
+        .await
+        .unwrap();
+    let fired = store.fired_in_turn(&a, "c1", 1).await.unwrap();
+    assert_eq!(
+        fired,
+        [("direct".to_owned(), 2), ("shim".to_owned(), 2)],
+        "retry errors are not firings"
+    );
+    assert!(store.fired_in_turn(&a, "c1", 3).await.unwrap().is_empty());
+    let stats = store.rule_stats(&a).await.unwrap();
+    assert_eq!(
+        stats,
+        [
+            RuleStats {
+                provision_id: "direct".into(),
+                responded_directly: 1,
+                ..RuleStats::default()
+            },
+            RuleStats {
+                provision_id: "other".into(),
+                injected: 1,
+                ..RuleStats::default()
+            },
+            RuleStats {
+                provision_id: "shim".into(),
+                injected: 2,
+                retry_errors: 1,
+                ..RuleStats::default()
+            },
+        ]
+    );
+    assert_eq!(store.rule_stats(&b).await.unwrap().len(), 1);
 }
 
 /// One operation of the isolation property.

@@ -22,9 +22,8 @@ use async_trait::async_trait;
 use herma_core::CallerScope;
 use herma_core::Timestamp;
 use herma_core::key::KeyId;
-use herma_core::model::{
-    EntityKind, HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity,
-};
+use herma_core::memory::RuleStats;
+use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 
 pub use documents::{
     Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
@@ -58,11 +57,7 @@ pub trait ReceiptStore: Send + Sync {
 }
 
 /// One observation of an entity in a proxied turn.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntityObservation {
-    pub kind: EntityKind,
-    pub value: String,
-}
+pub use herma_core::memory::Observation as EntityObservation;
 
 /// Working entities, bounded per caller scope.
 #[async_trait]
@@ -77,6 +72,9 @@ pub trait EntityStore: Send + Sync {
         now: Timestamp,
         max_per_scope: u64,
     ) -> StoreResult<u64>;
+    /// How many entities the scope has lost to eviction since it began.
+    async fn entity_evictions(&self, scope: &CallerScope) -> StoreResult<u64>;
+
     /// Entities of the scope (optionally one project), most frequent first, then most recent.
     async fn list_entities(
         &self,
@@ -96,6 +94,19 @@ pub trait OutcomeStore: Send + Sync {
         scope: &CallerScope,
         limit: u32,
     ) -> StoreResult<Vec<RuleOutcomeRecord>>;
+
+    /// The provisions (id, version) applied in one turn of a conversation (outcomes
+    /// `injected` and `responded_directly`), in id order.
+    async fn fired_in_turn(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        turn: u64,
+    ) -> StoreResult<Vec<(String, u64)>>;
+
+    /// Per provision: how often it was injected, answered directly and followed by an error,
+    /// in provision id order.
+    async fn rule_stats(&self, scope: &CallerScope) -> StoreResult<Vec<RuleStats>>;
 }
 
 /// `once_per_conversation`: claims that a provision was applied in a conversation.

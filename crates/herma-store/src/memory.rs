@@ -6,7 +6,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use herma_core::key::KeyId;
-use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
+use herma_core::memory::RuleStats;
+use herma_core::model::{
+    HarnessKey, InjectionReceipt, OutcomeKind, RuleOutcomeRecord, WorkingEntity,
+};
 use herma_core::{CallerScope, Timestamp};
 use serde_json::Value;
 
@@ -27,6 +30,7 @@ struct Inner {
     receipts: HashMap<(CallerScope, String), InjectionReceipt>,
     entities: BTreeMap<EntityKey, WorkingEntity>,
     outcomes: Vec<RuleOutcomeRecord>,
+    evictions: HashMap<CallerScope, u64>,
     revisions: HashMap<(Collection, CallerScope), u64>,
     claims: std::collections::HashSet<(CallerScope, String, String)>,
 }
@@ -332,6 +336,10 @@ fn eviction_order(a: &WorkingEntity, b: &WorkingEntity) -> std::cmp::Ordering {
 
 #[async_trait]
 impl EntityStore for MemoryStore {
+    async fn entity_evictions(&self, scope: &CallerScope) -> StoreResult<u64> {
+        Ok(self.lock()?.evictions.get(scope).copied().unwrap_or(0))
+    }
+
     async fn record_entities(
         &self,
         scope: &CallerScope,
@@ -390,6 +398,7 @@ impl EntityStore for MemoryStore {
         for key in doomed {
             inner.entities.remove(&key);
         }
+        *inner.evictions.entry(scope.clone()).or_default() += excess;
         Ok(excess)
     }
 
@@ -421,6 +430,47 @@ impl EntityStore for MemoryStore {
 
 #[async_trait]
 impl OutcomeStore for MemoryStore {
+    async fn fired_in_turn(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        turn: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let inner = self.lock()?;
+        let mut fired: Vec<(String, u64)> = inner
+            .outcomes
+            .iter()
+            .filter(|o| {
+                &o.caller_scope == scope && o.conversation_id == conversation_id && o.turn == turn
+            })
+            .filter(|o| {
+                matches!(
+                    o.outcome,
+                    OutcomeKind::Injected | OutcomeKind::RespondedDirectly
+                )
+            })
+            .map(|o| (o.provision_id.clone(), o.provision_version))
+            .collect();
+        fired.sort();
+        fired.dedup();
+        Ok(fired)
+    }
+
+    async fn rule_stats(&self, scope: &CallerScope) -> StoreResult<Vec<RuleStats>> {
+        let inner = self.lock()?;
+        let mut stats: BTreeMap<String, RuleStats> = BTreeMap::new();
+        for o in inner.outcomes.iter().filter(|o| &o.caller_scope == scope) {
+            stats
+                .entry(o.provision_id.clone())
+                .or_insert_with(|| RuleStats {
+                    provision_id: o.provision_id.clone(),
+                    ..RuleStats::default()
+                })
+                .add(o.outcome, 1);
+        }
+        Ok(stats.into_values().collect())
+    }
+
     async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
         self.lock()?.outcomes.extend_from_slice(outcomes);
         Ok(())

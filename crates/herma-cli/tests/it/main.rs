@@ -491,6 +491,8 @@ fn migrate_reports_what_it_applied() {
         first.contains("applied migration 2 (revisions_and_claims)"),
         "{first}"
     );
+    assert!(first.contains("applied migration 3 (memory)"), "{first}");
+
     let second = stdout(&run(dir.path(), &["migrate"], &[]));
     assert!(second.contains("is up to date"), "{second}");
 }

@@ -16,6 +16,8 @@ pub enum OutcomeKind {
     RespondedDirectly,
     /// The next turn of the conversation carried an error signature.
     RetryError,
+    /// The rule matched but was not applied (outranked, or once-only and already used).
+    Matched,
 }
 
 impl OutcomeKind {
@@ -24,13 +26,19 @@ impl OutcomeKind {
             OutcomeKind::Injected => "injected",
             OutcomeKind::RespondedDirectly => "responded_directly",
             OutcomeKind::RetryError => "retry_error",
+            OutcomeKind::Matched => "matched",
         }
     }
 
     pub fn parse(raw: &str) -> Option<Self> {
-        [Self::Injected, Self::RespondedDirectly, Self::RetryError]
-            .into_iter()
-            .find(|k| k.as_str() == raw)
+        [
+            Self::Injected,
+            Self::RespondedDirectly,
+            Self::RetryError,
+            Self::Matched,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == raw)
     }
 }
 

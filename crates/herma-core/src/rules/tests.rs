@@ -66,6 +66,7 @@ fn envelope(text: &str, paths: &[&str], tools: &[&str]) -> Envelope {
             id: "c".into(),
             source: ConversationSource::Header,
         },
+        turn: 1,
         insertion: None,
     }
 }

@@ -122,6 +122,10 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
         tool_results,
         paths: found_paths,
         conversation,
+        turn: 1 + parsed
+            .iter()
+            .filter(|(role, _, _)| role == "assistant")
+            .count() as u64,
         insertion,
     })
 }

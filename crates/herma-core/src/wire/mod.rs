@@ -11,6 +11,7 @@
 //! [`direct`] renders answers Herma gives itself; [`errors`] renders Herma's errors in each
 //! protocol's own shape; [`sse`] frames and reads event streams; [`paths`] finds file paths.
 
+pub mod answer;
 pub mod chat;
 pub mod direct;
 pub mod errors;
@@ -187,6 +188,9 @@ pub struct Envelope {
     /// File paths from tool inputs since the latest user turn and from the user text.
     pub paths: Vec<String>,
     pub conversation: Conversation,
+    /// Which turn of the conversation this is: 1 + the number of model responses in the
+    /// history. Turn N's tool results answer the tool calls of turn N-1.
+    pub turn: u64,
     /// Where a shim would go, if the body has a place for one.
     pub insertion: Option<Insertion>,
 }

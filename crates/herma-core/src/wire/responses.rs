@@ -54,6 +54,7 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             id: String::new(),
             source: ConversationSource::None,
         },
+        turn: 1,
         insertion: None,
     };
 
@@ -143,6 +144,24 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             }
         }
         envelope.system = (!system_parts.is_empty()).then(|| system_parts.join("\n"));
+        // Each model response is a run of output items between inputs.
+        let mut responses = 0;
+        let mut in_output = false;
+        for (kind, role, _, _) in &parsed {
+            let output = matches!(
+                kind.as_str(),
+                "function_call"
+                    | "custom_tool_call"
+                    | "local_shell_call"
+                    | "reasoning"
+                    | "web_search_call"
+            ) || (kind == "message" && role == "assistant");
+            if output && !in_output {
+                responses += 1;
+            }
+            in_output = output;
+        }
+        envelope.turn = 1 + responses;
         envelope.conversation = first_message_conversation(
             parsed
                 .iter()

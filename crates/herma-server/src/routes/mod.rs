@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod dry_run;
+pub mod memory;
+
 pub mod proxy;
 pub mod receipts;
 

@@ -6,6 +6,8 @@
 mod admin;
 mod bad_input;
 mod gate;
+mod memory;
+
 mod openapi;
 mod proxy;
 

@@ -1,0 +1,191 @@
+//! Entity memory and rule outcomes (H13), processed off the request path.
+//!
+//! Each proxied turn hands a [`TurnRecord`] to the [`MemoryWorker`] after its response ends.
+//! The worker extracts entities (core, deterministic), counts them per caller and project
+//! (bounded, rarest and oldest evicted first), records which rules fired (`injected`,
+//! `responded_directly`, `matched`), and attributes error signatures seen in turn N to the
+//! rules that fired in turn N-1 of the same conversation as `retry_error`.
+//!
+//! Memory is derived data: when its queue is full a turn is skipped and counted
+//! ([`MemoryWorker::dropped`]) rather than slowing requests down. (Receipts, by contrast, are
+//! never dropped.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use herma_core::memory::{error_signatures, observations};
+use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
+use herma_core::wire::Protocol;
+use herma_core::wire::answer::response_text;
+use herma_core::{CallerScope, Timestamp};
+use herma_store::Store;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Response bytes kept for extraction at most.
+pub const MAX_CAPTURED_RESPONSE: usize = 256 * 1024;
+const MAX_RESPONSE_TEXT: usize = 64 * 1024;
+
+/// What one turn leaves for memory.
+#[derive(Clone, Debug)]
+pub struct TurnRecord {
+    pub scope: CallerScope,
+    pub project_tag: String,
+    pub protocol: Protocol,
+    /// Empty when the request had no conversation identity (then nothing is attributed).
+    pub conversation_id: String,
+    pub turn: u64,
+    pub receipt_id: String,
+    /// Provisions and what happened to each in this turn.
+    pub outcomes: Vec<(String, u64, OutcomeKind)>,
+    pub user_text: String,
+    pub tool_results: Vec<String>,
+    pub paths: Vec<String>,
+    /// The answer as the client received it (bounded), and whether it was SSE.
+    pub response: Vec<u8>,
+    pub streaming: bool,
+    pub at: Timestamp,
+}
+
+enum Message {
+    Turn(Box<TurnRecord>),
+    Flush(oneshot::Sender<()>),
+}
+
+pub struct MemoryWorker {
+    sender: std::sync::RwLock<Option<mpsc::Sender<Message>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    dropped: AtomicU64,
+}
+
+impl MemoryWorker {
+    pub fn spawn(store: Arc<dyn Store>, capacity: usize, max_entities: u64) -> Self {
+        let (sender, receiver) = mpsc::channel(capacity.max(1));
+        let task = tokio::spawn(run(store, receiver, max_entities));
+        Self {
+            sender: std::sync::RwLock::new(Some(sender)),
+            task: Mutex::new(Some(task)),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Message>> {
+        self.sender.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Hands a turn over without waiting; a full queue skips it (counted).
+    pub fn submit(&self, turn: TurnRecord) {
+        let sent = self
+            .sender()
+            .map(|s| s.try_send(Message::Turn(Box::new(turn))).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Turns skipped because the queue was full or closed.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every turn submitted before this call is processed.
+    pub async fn flush(&self) {
+        let Some(sender) = self.sender() else { return };
+        let (done, wait) = oneshot::channel();
+        if sender.send(Message::Flush(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Processes what is queued, then stops.
+    pub async fn shutdown(&self) {
+        if let Ok(mut sender) = self.sender.write() {
+            sender.take();
+        }
+        if let Some(task) = self.task.lock().await.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn run(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>, max_entities: u64) {
+    while let Some(message) = receiver.recv().await {
+        match message {
+            Message::Turn(turn) => {
+                if let Err(err) = process(store.as_ref(), &turn, max_entities).await {
+                    tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
+                }
+            }
+            Message::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+async fn process(
+    store: &dyn Store,
+    turn: &TurnRecord,
+    max_entities: u64,
+) -> Result<(), herma_store::StoreError> {
+    let answer = response_text(
+        turn.protocol,
+        turn.streaming,
+        &turn.response,
+        MAX_RESPONSE_TEXT,
+    );
+    let seen = observations(&turn.paths, &turn.user_text, &turn.tool_results, &answer);
+    if !seen.is_empty() {
+        store
+            .record_entities(&turn.scope, &turn.project_tag, &seen, turn.at, max_entities)
+            .await?;
+    }
+    let record = |provision_id: &str,
+                  version: u64,
+                  outcome: OutcomeKind,
+                  turn_number: u64,
+                  signature: Option<String>| RuleOutcomeRecord {
+        caller_scope: turn.scope.clone(),
+        conversation_id: turn.conversation_id.clone(),
+        turn: turn_number,
+        provision_id: provision_id.to_owned(),
+        provision_version: version,
+        outcome,
+        error_signature: signature,
+        receipt_id: Some(turn.receipt_id.clone()),
+        recorded_at: turn.at,
+    };
+    let mut outcomes: Vec<RuleOutcomeRecord> = turn
+        .outcomes
+        .iter()
+        .map(|(id, version, outcome)| record(id, *version, *outcome, turn.turn, None))
+        .collect();
+    // Errors the harness reports in turn N follow from what the model did in turn N-1.
+    if !turn.conversation_id.is_empty() && turn.turn > 1 {
+        let signatures = error_signatures(
+            std::iter::once(turn.user_text.as_str())
+                .chain(turn.tool_results.iter().map(String::as_str)),
+        );
+        if !signatures.is_empty() {
+            for (id, version) in store
+                .fired_in_turn(&turn.scope, &turn.conversation_id, turn.turn - 1)
+                .await?
+            {
+                for signature in &signatures {
+                    outcomes.push(record(
+                        &id,
+                        version,
+                        OutcomeKind::RetryError,
+                        turn.turn - 1,
+                        Some(signature.clone()),
+                    ));
+                }
+            }
+        }
+    }
+    if !outcomes.is_empty() {
+        store.insert_outcomes(&outcomes).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. Runs
+//! after the response is done, never on the request path.
+
+use serde_json::Value;
+
+use super::Protocol;
+use super::sse::Reader;
+
+/// The assistant text of a response body, up to `max` characters.
+pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
+    let mut out = String::new();
+    let mut push = |text: &str| {
+        let room = max.saturating_sub(out.chars().count());
+        out.extend(text.chars().take(room));
+    };
+    if streaming {
+        let mut reader = Reader::default();
+        reader.feed(body, &mut |event| {
+            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+                return;
+            };
+            let text = match protocol {
+                Protocol::Messages => data["delta"]["text"].as_str(),
+                Protocol::ChatCompletions => data["choices"][0]["delta"]["content"].as_str(),
+                Protocol::Responses if data["type"] == "response.output_text.delta" => {
+                    data["delta"].as_str()
+                }
+                Protocol::Responses => None,
+            };
+            if let Some(text) = text {
+                push(text);
+            }
+        });
+    } else if let Ok(data) = serde_json::from_slice::<Value>(body) {
+        match protocol {
+            Protocol::Messages => {
+                for block in data["content"].as_array().into_iter().flatten() {
+                    if let Some(text) = block["text"].as_str() {
+                        push(text);
+                    }
+                }
+            }
+            Protocol::ChatCompletions => {
+                for choice in data["choices"].as_array().into_iter().flatten() {
+                    if let Some(text) = choice["message"]["content"].as_str() {
+                        push(text);
+                    }
+                }
+            }
+            Protocol::Responses => {
+                for item in data["output"].as_array().into_iter().flatten() {
+                    for part in item["content"].as_array().into_iter().flatten() {
+                        if let Some(text) = part["text"].as_str() {
+                            push(text);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Timestamp;
+    use crate::wire::direct::DirectAnswer;
+
+    #[test]
+    fn text_is_read_back_from_every_protocol_and_shape() {
+        for protocol in Protocol::ALL {
+            let answer = DirectAnswer {
+                protocol,
+                model: "m",
+                text: "see src/lib.rs",
+                id_hex: "1",
+                created: Timestamp::default(),
+                stream_usage: false,
+            };
+            assert_eq!(
+                response_text(protocol, false, answer.json().to_string().as_bytes(), 100),
+                "see src/lib.rs"
+            );
+            assert_eq!(
+                response_text(protocol, true, &answer.sse(), 100),
+                "see src/lib.rs"
+            );
+            assert_eq!(response_text(protocol, true, &answer.sse(), 3), "see");
+        }
+        assert_eq!(response_text(Protocol::Messages, false, b"garbage", 10), "");
+    }
+}

@@ -1,0 +1,234 @@
+//! H13: deterministic entity memory, retry-error attribution and candidate provisions, on
+//! SQLite and PostgreSQL.
+
+use herma_test_support::mock_upstream::MockUpstream;
+use herma_test_support::{Backend, spawn_app};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::req;
+
+/// Turn `n` of a Claude Code-like session: the user's request, then n-1 rounds of a tool call
+/// and its result, each result reporting a type error.
+fn turn(n: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "user", "content": "Please deploy the fix in src/deploy.rs using `Deployer::run`, see tessera://nouns/deploys"}),
+    ];
+    for i in 1..n {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": "cargo build"}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": "error[E0308]: mismatched types\n --> src/deploy.rs:7:9", "is_error": true}]}));
+    }
+    json!({"model": "claude-test", "max_tokens": 512, "messages": messages})
+}
+
+async fn h13(backend: Backend) {
+    let app = spawn_app(backend, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    for (path, body) in [
+        (
+            "/v1/context",
+            json!({"id": "deploy.checklist", "kind": "verb", "schema_or_body": "Run the migrations first."}),
+        ),
+        (
+            "/v1/provisions",
+            json!({"id": "deploy", "action": "shim_context", "triggers": {"keywords": ["deploy"]}, "context_refs": ["deploy.checklist"]}),
+        ),
+    ] {
+        assert_eq!(
+            req(Method::POST, path)
+                .key(&key)
+                .harness("claude-code")
+                .json(body)
+                .send(&app)
+                .await
+                .0,
+            StatusCode::CREATED
+        );
+    }
+    for n in 1..=4 {
+        let response = app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("x-api-key", &key)
+            .header("X-Upstream-Base-Url", mock.url())
+            .header("x-claude-code-session-id", "session-1")
+            .header("X-Herma-Project", "billing")
+            .json(&turn(n))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.bytes().await.unwrap();
+    }
+    app.app.receipts.flush().await;
+    app.app.memory.as_ref().unwrap().flush().await;
+
+    // Entities, per caller and project, counted per turn.
+    let memory = req(Method::GET, "/v1/memory?project=billing")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    let items = memory["items"].as_array().unwrap();
+    let find = |kind: &str, value: &str| {
+        items
+            .iter()
+            .find(|e| e["kind"] == kind && e["value"] == value)
+            .map(|e| e["count"].as_u64().unwrap())
+    };
+    assert_eq!(find("file_path", "src/deploy.rs"), Some(4));
+    assert_eq!(find("code_symbol", "Deployer::run"), Some(4));
+    assert_eq!(find("tessera_uri", "tessera://nouns/deploys"), Some(4));
+    assert_eq!(find("error_signature", "rust:E0308"), Some(3));
+    assert!(items.iter().all(|e| e["project_tag"] == "billing"));
+    assert_eq!(
+        req(Method::GET, "/v1/memory?project=other")
+            .key(&key)
+            .send(&app)
+            .await
+            .2["items"],
+        json!([])
+    );
+
+    // The error in turn N is charged to the rule fired in turn N-1.
+    let outcomes = req(Method::GET, "/v1/outcomes")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    let outcomes = outcomes["items"].as_array().unwrap();
+    let retries: Vec<u64> = outcomes
+        .iter()
+        .filter(|o| o["outcome"] == "retry_error")
+        .map(|o| o["turn"].as_u64().unwrap())
+        .collect();
+    let mut sorted = retries.clone();
+    sorted.sort();
+    assert_eq!(sorted, [1, 2, 3]);
+    assert!(
+        outcomes
+            .iter()
+            .filter(|o| o["outcome"] == "retry_error")
+            .all(|o| o["provision_id"] == "deploy" && o["error_signature"] == "rust:E0308")
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| o["outcome"] == "injected")
+            .count(),
+        4
+    );
+
+    // Insights: counts, rates, never-matched rules and valid candidates that are not active.
+    let insights = req(Method::GET, "/v1/insights")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    let deploy = insights["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["provision_id"] == "deploy")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (deploy["injected"].clone(), deploy["retry_errors"].clone()),
+        (json!(4), json!(3))
+    );
+    assert_eq!(deploy["retry_error_rate"], 0.75);
+    assert!(
+        insights["never_matched"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("git.force-push"))
+    );
+    let candidates = insights["candidate_provisions"].as_array().unwrap();
+    let ids: Vec<&str> = candidates
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"candidate.error.rust-e0308") && ids.contains(&"candidate.path.src"),
+        "{ids:?}"
+    );
+    let own = req(Method::GET, "/v1/provisions")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    assert_eq!(
+        own["items"].as_array().unwrap().len(),
+        1,
+        "candidates are never active by themselves"
+    );
+
+    // Approving one creates it through the ordinary path (configure scope, harness, version 1).
+    let unattested = req(
+        Method::POST,
+        "/v1/insights/candidates/candidate.error.rust-e0308",
+    )
+    .key(&key)
+    .send(&app)
+    .await;
+    assert_eq!(unattested.0, StatusCode::FORBIDDEN);
+    let approved = req(
+        Method::POST,
+        "/v1/insights/candidates/candidate.error.rust-e0308",
+    )
+    .key(&key)
+    .harness("claude-code")
+    .send(&app)
+    .await;
+    assert_eq!(approved.0, StatusCode::CREATED, "{}", approved.2);
+    assert_eq!(approved.2["version"], 1);
+    assert_eq!(approved.2["triggers"]["regex"], json!(["E0308"]));
+    let again = req(Method::GET, "/v1/insights")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    assert!(
+        again["candidate_provisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["id"] != "candidate.error.rust-e0308")
+    );
+    let missing = req(Method::POST, "/v1/insights/candidates/candidate.nope")
+        .key(&key)
+        .harness("claude-code")
+        .send(&app)
+        .await;
+    assert_eq!(missing.0, StatusCode::NOT_FOUND);
+
+    // Another caller sees none of it.
+    let other = app.key("route", None).await;
+    assert_eq!(
+        req(Method::GET, "/v1/memory")
+            .key(&other)
+            .send(&app)
+            .await
+            .2["items"],
+        json!([])
+    );
+    assert_eq!(
+        req(Method::GET, "/v1/outcomes")
+            .key(&other)
+            .send(&app)
+            .await
+            .2["items"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn h13_deterministic_entity_memory_retry_outcomes_and_candidate_insights_on_sqlite() {
+    h13(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn h13_deterministic_entity_memory_retry_outcomes_and_candidate_insights_on_postgres() {
+    h13(Backend::Postgres).await;
+}
