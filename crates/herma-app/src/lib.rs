@@ -10,6 +10,7 @@
 //! core [`herma_core::Problem`]s; the transports choose statuses.
 
 pub mod clock;
+pub mod discovery;
 pub mod dry_run;
 pub mod error;
 pub mod gate;
@@ -17,6 +18,7 @@ pub mod insights;
 pub mod keys;
 pub mod memory;
 pub mod proxy;
+pub mod rate_limit;
 pub mod receipts;
 pub mod records;
 pub mod rule_cache;
@@ -36,6 +38,7 @@ use herma_store::Store;
 use clock::{Clock, OsRandom, Random, SystemClock};
 use gate::Gate;
 use memory::MemoryWorker;
+use rate_limit::RateLimiter;
 use receipts::ReceiptWriter;
 use rule_cache::RuleCache;
 
@@ -49,6 +52,8 @@ pub struct App {
     /// `None` when `HERMA_MEMORY_ENABLED=false`.
     pub memory: Option<Arc<MemoryWorker>>,
     pub upstream: Arc<dyn Upstream>,
+    /// Per-address limit of the public preview.
+    pub preview_limit: RateLimiter,
     pub settings: Settings,
 }
 
@@ -106,6 +111,7 @@ impl App {
                 settings.memory_max_entities,
             ))
         });
+        let preview_limit = RateLimiter::new(settings.preview_rate_per_minute, clock.clone());
         Self {
             store,
             clock,
@@ -115,6 +121,7 @@ impl App {
             receipts,
             memory,
             upstream,
+            preview_limit,
             settings,
         }
     }

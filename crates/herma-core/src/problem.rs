@@ -58,7 +58,9 @@ problem_codes! {
     UpstreamUnreachable => "upstream_unreachable", "The upstream could not be reached";
     UpstreamRedirectRefused => "upstream_redirect_refused", "The upstream answered with a redirect, which Herma never follows";
     UpstreamTimeout => "upstream_timeout", "The upstream did not answer in time";
+        RateLimited => "rate_limited", "Too many requests from this address; try again later";
     Internal => "internal", "Herma failed to complete the request";
+
     Unavailable => "unavailable", "A dependency of Herma is unavailable";
 }
 

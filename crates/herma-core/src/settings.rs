@@ -150,6 +150,18 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "Turns waiting for memory processing; beyond it turns are skipped (and counted).",
     },
     SettingInfo {
+        name: "HERMA_PREVIEW_RATE_PER_MINUTE",
+        secret: false,
+        default: "30",
+        description: "Public preview requests allowed per client address per minute.",
+    },
+    SettingInfo {
+        name: "HERMA_PUBLIC_URL",
+        secret: false,
+        default: "unset",
+        description: "The URL clients reach Herma at (for discovery documents); else taken from each request's Host.",
+    },
+    SettingInfo {
         name: "HERMA_LOG",
         secret: false,
         default: "info",
@@ -267,6 +279,8 @@ pub struct Settings {
     pub memory_enabled: bool,
     pub memory_max_entities: u64,
     pub memory_queue_capacity: u64,
+    pub preview_rate_per_minute: u64,
+    pub public_url: Option<String>,
 }
 
 /// An invalid setting, by name.
@@ -382,6 +396,17 @@ impl Settings {
         let receipt_queue_capacity = number("HERMA_RECEIPT_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
         let memory_max_entities = number("HERMA_MEMORY_MAX_ENTITIES", 5000, 1, 10_000_000);
         let memory_queue_capacity = number("HERMA_MEMORY_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
+        let preview_rate_per_minute = number("HERMA_PREVIEW_RATE_PER_MINUTE", 30, 1, 1_000_000);
+        let public_url = match setting(map, "HERMA_PUBLIC_URL") {
+            None => None,
+            Some(raw) => match parse_base(raw) {
+                Ok(url) => Some(url.as_str().trim_end_matches('/').to_owned()),
+                Err(detail) => {
+                    fail("HERMA_PUBLIC_URL", detail);
+                    None
+                }
+            },
+        };
         let memory_enabled = match setting(map, "HERMA_MEMORY_ENABLED") {
             None | Some("true") => true,
             Some("false") => false,
@@ -480,6 +505,8 @@ impl Settings {
                 memory_enabled,
                 memory_max_entities,
                 memory_queue_capacity,
+                preview_rate_per_minute,
+                public_url,
             })
         } else {
             Err(errors)

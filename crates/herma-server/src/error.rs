@@ -29,7 +29,9 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
             StatusCode::BAD_GATEWAY
         }
         ProblemCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ProblemCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+
         ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
@@ -66,6 +68,17 @@ impl IntoResponse for ApiError {
             ProblemCode::Unavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
+            ProblemCode::RateLimited => {
+                let seconds = self
+                    .0
+                    .extension("retry_after_seconds")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(1);
+                if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                    headers.insert(header::RETRY_AFTER, value);
+                }
+            }
+
             _ => {}
         }
         response

@@ -44,7 +44,7 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, dry_run, memory, proxy, receipts, records, system};
+    use routes::{admin, dry_run, memory, proxy, public, receipts, records, system};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::root))
         .routes(routes!(system::healthz))
@@ -78,6 +78,13 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(memory::outcomes))
         .routes(routes!(memory::insights))
         .routes(routes!(memory::approve_candidate))
+        .routes(routes!(public::preview))
+        .routes(routes!(public::connect))
+        .routes(routes!(public::llms))
+        .routes(routes!(public::llms_full))
+        .routes(routes!(public::agent_card))
+        .routes(routes!(public::robots))
+        .routes(routes!(public::favicon))
         .split_for_parts()
 }
 
@@ -127,9 +134,12 @@ pub async fn serve(
             tracing::debug!(error = %err, "could not set TCP_NODELAY");
         }
     });
-    let served = axum::serve(listener, router(app.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = axum::serve(
+        listener,
+        router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
     // In-flight requests are done; write every queued receipt before returning.
     app.shutdown().await;
     served

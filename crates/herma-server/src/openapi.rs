@@ -23,7 +23,9 @@ use utoipa::{Modify, OpenApi};
 
 
         (name = "admin", description = "Keys (bootstrap token or admin key)"),
-        (name = "system", description = "Health, identity, this document"),
+                (name = "system", description = "Health, identity, this document"),
+        (name = "public", description = "No key needed: the preview and discovery documents"),
+
     )
 )]
 pub struct ApiDoc;

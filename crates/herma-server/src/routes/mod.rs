@@ -5,6 +5,8 @@ pub mod dry_run;
 pub mod memory;
 
 pub mod proxy;
+pub mod public;
+
 pub mod receipts;
 
 pub mod records;

@@ -10,6 +10,7 @@ mod memory;
 
 mod openapi;
 mod proxy;
+mod public;
 
 mod records;
 mod sdk;
