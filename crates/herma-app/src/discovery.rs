@@ -9,9 +9,6 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::dry_run::{DryRunReport, DryRunRequest};
 
-/// MCP protocol revisions `POST /mcp` speaks, newest first.
-pub const MCP_PROTOCOL_VERSIONS: [&str; 4] =
-    ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// The Anthropic API versions Herma's Messages route is known to carry.
 pub const ANTHROPIC_VERSIONS: [&str; 2] = ["2023-06-01", "2026-10-21"];
 
@@ -45,7 +42,7 @@ impl App {
             "protocol_versions": {
                 "anthropic": ANTHROPIC_VERSIONS,
                 "openai": ["chat_completions", "responses"],
-                "mcp": MCP_PROTOCOL_VERSIONS
+                "mcp": crate::mcp::supported_versions()
             },
             "api": {
                 "openapi": "/openapi.json",
@@ -114,7 +111,7 @@ impl App {
             "documentationUrl": format!("{base}/docs"),
             "iconUrl": format!("{base}/favicon.svg"),
             "provider": {"organization": "Herma", "url": base},
-            "supportedInterfaces": [{"url": format!("{base}/mcp"), "protocolBinding": "MCP", "protocolVersion": MCP_PROTOCOL_VERSIONS[0]}],
+            "supportedInterfaces": [{"url": format!("{base}/mcp"), "protocolBinding": "MCP", "protocolVersion": crate::mcp::STATELESS_VERSION}],
             "capabilities": {"streaming": false, "pushNotifications": false},
             "defaultInputModes": ["application/json"],
             "defaultOutputModes": ["application/json"],

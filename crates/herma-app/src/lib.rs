@@ -16,6 +16,7 @@ pub mod error;
 pub mod gate;
 pub mod insights;
 pub mod keys;
+pub mod mcp;
 pub mod memory;
 pub mod proxy;
 pub mod rate_limit;

@@ -4,6 +4,25 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herma_core::{Problem, ProblemCode};
 
+/// The status of an MCP reply, by its JSON-RPC error code (`None` for a result). Malformed
+/// messages and version problems are 400, an unknown method 404, a bad key 401; everything else,
+/// including a tool that failed (`isError`), is a 200 carrying the JSON-RPC answer.
+pub fn rpc_status_of(code: Option<i64>) -> StatusCode {
+    use herma_app::mcp::codes;
+    match code {
+        Some(
+            codes::PARSE_ERROR
+            | codes::INVALID_REQUEST
+            | codes::INVALID_PARAMS
+            | codes::HEADER_MISMATCH
+            | codes::UNSUPPORTED_PROTOCOL_VERSION,
+        ) => StatusCode::BAD_REQUEST,
+        Some(codes::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(codes::UNAUTHORIZED) => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::OK,
+    }
+}
+
 /// The status of every problem code on Herma's own API.
 pub fn status_of(code: ProblemCode) -> StatusCode {
     match code {

@@ -44,7 +44,7 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, dry_run, memory, proxy, public, receipts, records, system};
+    use routes::{admin, dry_run, mcp, memory, proxy, public, receipts, records, system};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(system::root))
         .routes(routes!(system::healthz))
@@ -85,6 +85,7 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(public::agent_card))
         .routes(routes!(public::robots))
         .routes(routes!(public::favicon))
+        .routes(routes!(mcp::mcp))
         .split_for_parts()
 }
 

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod dry_run;
+pub mod mcp;
 pub mod memory;
 
 pub mod proxy;

@@ -6,6 +6,7 @@
 mod admin;
 mod bad_input;
 mod gate;
+mod mcp;
 mod memory;
 
 mod openapi;

@@ -25,6 +25,36 @@ fn python() -> PathBuf {
     }
 }
 
+/// Runs `tests/sdk/<name>` with `env` and returns the JSON it prints last (`{"checks": N}`).
+pub async fn run_script(name: &str, env: Vec<(&'static str, String)>) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sdk")
+        .join(name);
+    let interpreter = python();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&interpreter)
+            .arg(&script)
+            .envs(env)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "running {}: {e} (scripts/test installs the SDKs into .venv)",
+                    interpreter.display()
+                )
+            })
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{name} failed:\n{stdout}\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim().lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{name} printed no report ({e}):\n{stdout}\n{stderr}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_sdks_talk_to_herma() {
     let app = spawn_app(Backend::Sqlite, &[]).await;
@@ -55,33 +85,15 @@ async fn official_sdks_talk_to_herma() {
             StatusCode::CREATED
         );
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sdk_clients.py");
-    let interpreter = python();
-    let base = app.url("");
-    let mock_base = mock.url();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&interpreter)
-            .arg(&script)
-            .env("HERMA_BASE", base)
-            .env("HERMA_KEY", &key)
-            .env("MOCK_BASE", mock_base)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "running {}: {e} (scripts/test installs the SDKs into .venv)",
-                    interpreter.display()
-                )
-            })
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the SDK script failed:\n{stdout}\n{stderr}"
-    );
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let report = run_script(
+        "sdk_clients.py",
+        vec![
+            ("HERMA_BASE", app.url("")),
+            ("HERMA_KEY", key.clone()),
+            ("MOCK_BASE", mock.url()),
+        ],
+    )
+    .await;
     assert!(
         report["checks"].as_u64().unwrap() >= 33,
         "every check ran: {report}"

@@ -1,0 +1,68 @@
+//! `POST /mcp`: Herma as an MCP server (stateless JSON-RPC 2.0, H14).
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use herma_app::mcp::{McpReply, McpRequestFacts, codes};
+
+use crate::error::rpc_status_of;
+
+use crate::AppState;
+use crate::extract::GateFacts;
+use crate::routes::public::{PeerAddr, base_url, client_address};
+
+/// One MCP message (JSON-RPC 2.0). Without a key: `herma_preview` and `herma_discovery`; with a
+/// key: also the caller's dry run and read-only provisions, context entries and insights.
+/// Notifications are accepted with 202 and no body; tool failures are results with `isError`.
+#[utoipa::path(post, path = "/mcp", tag = "public",
+    request_body(content = serde_json::Value, description = "A JSON-RPC 2.0 request or notification", content_type = "application/json"),
+    params(("MCP-Protocol-Version" = Option<String>, Header, description = "The negotiated MCP revision")),
+    responses(
+        (status = 200, description = "A JSON-RPC response (result or error)", content_type = "application/json"),
+        (status = 202, description = "A notification, accepted"),
+        (status = 400, description = "Malformed JSON-RPC, an unsupported protocol version or mismatched headers", content_type = "application/json"),
+        (status = 401, description = "The key given is not valid", content_type = "application/json"),
+        (status = 404, description = "Unknown method", content_type = "application/json")))]
+pub async fn mcp(
+    State(state): State<AppState>,
+    PeerAddr(peer): PeerAddr,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let limit = state.body_limit();
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        let reply = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+            "code": codes::INVALID_REQUEST,
+            "message": format!("the body could not be read or is larger than {limit} bytes")}});
+        return json_reply(rpc_status_of(Some(codes::INVALID_REQUEST)), &reply);
+    };
+    let gate = GateFacts::from_headers(headers.clone());
+    let address = client_address(&state, &headers, peer);
+    let base = base_url(&state, &headers);
+    let facts = McpRequestFacts {
+        gate: gate.request(),
+        protocol_version: headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok()),
+        address: &address,
+        base_url: &base,
+    };
+    let message = match state.app.mcp(&bytes, &facts).await {
+        McpReply::Accepted => return StatusCode::ACCEPTED.into_response(),
+        McpReply::Message(message) => message,
+    };
+    let code = message
+        .pointer("/error/code")
+        .and_then(serde_json::Value::as_i64);
+    json_reply(rpc_status_of(code), &message)
+}
+
+fn json_reply(status: StatusCode, message: &serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(message).unwrap_or_default(),
+    )
+        .into_response()
+}
