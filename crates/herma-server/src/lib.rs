@@ -12,6 +12,7 @@ pub mod error;
 pub mod extract;
 mod layers;
 pub mod openapi;
+pub mod pages;
 pub mod routes;
 
 use std::future::Future;
@@ -44,9 +45,13 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, dry_run, mcp, memory, proxy, public, receipts, records, system};
+    use routes::{admin, dry_run, mcp, memory, pages, proxy, public, receipts, records, system};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(system::root))
+        .routes(routes!(pages::landing))
+        .routes(routes!(pages::docs))
+        .routes(routes!(pages::playground, pages::playground_run))
+        .routes(routes!(pages::stylesheet))
+        .routes(routes!(pages::playground_script))
         .routes(routes!(system::healthz))
         .routes(routes!(system::openapi))
         .routes(routes!(system::whoami))

@@ -24,7 +24,9 @@ use utoipa::{Modify, OpenApi};
 
         (name = "admin", description = "Keys (bootstrap token or admin key)"),
                 (name = "system", description = "Health, identity, this document"),
-        (name = "public", description = "No key needed: the preview and discovery documents"),
+        (name = "public", description = "No key needed: the preview, discovery documents and MCP"),
+        (name = "pages", description = "HTML pages for people: landing, playground, docs"),
+
 
     )
 )]

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod dry_run;
 pub mod mcp;
 pub mod memory;
+pub mod pages;
 
 pub mod proxy;
 pub mod public;

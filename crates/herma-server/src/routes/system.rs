@@ -86,13 +86,3 @@ pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
         state.openapi.clone(),
     )
 }
-
-/// A short plain-text pointer for people who open Herma in a browser.
-#[utoipa::path(get, path = "/", tag = "system",
-    responses((status = 200, description = "What this server is", content_type = "text/plain")))]
-pub async fn root() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        "Herma is running.\n\nPoint your harness's base URL here, manage rules under /v1/provisions and /v1/context,\nand read the API description at /openapi.json.\n",
-    )
-}

@@ -10,6 +10,7 @@ mod mcp;
 mod memory;
 
 mod openapi;
+mod pages;
 mod proxy;
 mod public;
 
