@@ -18,6 +18,7 @@ pub mod insights;
 pub mod keys;
 pub mod mcp;
 pub mod memory;
+pub mod metrics;
 pub mod proxy;
 pub mod rate_limit;
 pub mod receipts;
@@ -55,6 +56,8 @@ pub struct App {
     pub upstream: Arc<dyn Upstream>,
     /// Per-address limit of the public preview.
     pub preview_limit: RateLimiter,
+    /// What `GET /metrics` reports.
+    pub metrics: metrics::Metrics,
     pub settings: Settings,
 }
 
@@ -123,6 +126,7 @@ impl App {
             memory,
             upstream,
             preview_limit,
+            metrics: metrics::Metrics::default(),
             settings,
         }
     }

@@ -84,8 +84,16 @@ impl MemoryWorker {
         }
     }
 
+    /// Turns waiting in the queue.
+    pub fn depth(&self) -> usize {
+        self.sender()
+            .map(|s| s.max_capacity() - s.capacity())
+            .unwrap_or(0)
+    }
+
     /// Turns skipped because the queue was full or closed.
-    pub fn dropped(&self) -> u64 {
+    pub fn dropped
+(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 

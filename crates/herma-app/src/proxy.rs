@@ -69,6 +69,11 @@ pub enum ProxyReply {
     /// The upstream's answer, relayed as it arrives.
     Upstream {
         receipt_id: Option<String>,
+        /// Forwarded or shimmed (passthrough routes: forwarded).
+        action: ReceiptAction,
+        /// Microseconds from receiving the request to handing it to the upstream: Herma's own
+        /// share of the latency.
+        added_micros: u64,
         status: u16,
         headers: Vec<(String, Vec<u8>)>,
         body: BodyStream,
@@ -401,6 +406,7 @@ impl App {
             PlannedAction::Forward => request.body.clone(),
         };
 
+        let added_micros = elapsed_micros(request.received);
         let sent = match target {
             Ok(target) => self.send(&request, &target, body, Some(&receipt_id)).await,
             Err(problem) => Err(problem),
@@ -433,6 +439,7 @@ impl App {
                 self.turn_record(&request, &envelope, &receipt, &receipt_id),
             )
         });
+        let action = receipt.action;
         let observed = ObservedBody {
             inner: body,
             observer: Some(UsageObserver::new(protocol, streaming)),
@@ -445,6 +452,8 @@ impl App {
 
         Ok(ProxyReply::Upstream {
             receipt_id: Some(receipt_id),
+            action,
+            added_micros,
             status,
             headers,
             body: Box::pin(observed),
@@ -520,9 +529,12 @@ impl App {
         }
         let target = self.resolve_target(&request, protocol)?;
         let body = request.body.clone();
+        let added_micros = elapsed_micros(request.received);
         let (status, headers, body) = self.send(&request, &target, body, None).await?;
         Ok(ProxyReply::Upstream {
             receipt_id: None,
+            action: ReceiptAction::Forwarded,
+            added_micros,
             status,
             headers,
             body,

@@ -54,6 +54,12 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "When set, every request must carry a matching `x-edge-auth` header.",
     },
     SettingInfo {
+        name: "HERMA_METRICS_TOKEN",
+        secret: true,
+        default: "unset",
+        description: "When set, `GET /metrics` needs `Authorization: Bearer <token>`; unset, it is public (counts only, no keys or bodies).",
+    },
+    SettingInfo {
         name: "HERMA_MAX_BODY_BYTES",
         secret: false,
         default: "1048576",
@@ -264,6 +270,8 @@ pub struct Settings {
     pub database: DatabaseUrl,
     pub admin_token: Option<Secret>,
     pub edge_secret: Option<Secret>,
+    /// Bearer token `GET /metrics` requires, when set.
+    pub metrics_token: Option<Secret>,
     pub max_body_bytes: u64,
     pub key_cache_ttl_ms: u64,
     pub log_filter: String,
@@ -351,6 +359,7 @@ impl Settings {
         };
         let admin_token = secret("HERMA_ADMIN_TOKEN");
         let edge_secret = secret("HERMA_EDGE_SECRET");
+        let metrics_token = secret("HERMA_METRICS_TOKEN");
 
         let mut number = |name: &str, default: u64, min: u64, max: u64| -> u64 {
             match setting(map, name).map(parse_decimal_u64) {
@@ -490,6 +499,7 @@ impl Settings {
                 database,
                 admin_token,
                 edge_secret,
+                metrics_token,
                 max_body_bytes,
                 key_cache_ttl_ms,
                 log_filter,

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -12,6 +12,8 @@ use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+
+use herma_app::metrics::{ProxyOutcome, RequestAction, method_label};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -51,6 +53,33 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     response
 }
 
+/// Records every request for `GET /metrics`: its route template (not the raw path), method,
+/// status, action (proxied requests) and the time to its response headers; for forwarded
+/// requests also Herma's own share of that time.
+async fn measure(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route: std::sync::Arc<str> = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".into(), |p| p.as_str().into());
+    let method = method_label(request.method().as_str());
+    let response = next.run(request).await;
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let outcome = response.extensions().get::<ProxyOutcome>().copied();
+    let metrics = &state.app.metrics;
+    let action = outcome.map_or(RequestAction::None, |o| o.action);
+    metrics.record_request(route, method, response.status().as_u16(), action, micros);
+    if let Some(ProxyOutcome {
+        protocol,
+        action,
+        added_micros: Some(added),
+    }) = outcome
+    {
+        metrics.record_added_latency(protocol, action, added);
+    }
+    response
+}
+
 /// Request ids unique to this process and run: a random prefix drawn at start and a counter
 /// (no system call per request, unlike a random UUID each time).
 #[derive(Clone)]
@@ -78,7 +107,8 @@ pub fn apply(router: Router, state: AppState) -> Router {
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
     router
-        .layer(middleware::from_fn_with_state(state, guard))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(middleware::from_fn_with_state(state, measure))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
             TraceLayer::new_for_http()

@@ -53,6 +53,7 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(pages::stylesheet))
         .routes(routes!(pages::playground_script))
         .routes(routes!(system::healthz))
+        .routes(routes!(system::metrics))
         .routes(routes!(system::openapi))
         .routes(routes!(system::whoami))
         .routes(routes!(

@@ -71,7 +71,13 @@ impl Server {
                 .expect("herma serve logs where it listens");
             startup.push(line.clone());
             if let Some(rest) = line.split("herma listening on ").nth(1) {
-                let base = rest.split_whitespace().next().expect("address").to_owned();
+                // Text logs end the address with a space, JSON logs with a quote.
+                let base = rest
+                    .split(|c: char| c.is_whitespace() || c == '"')
+                    .next()
+                    .expect("address")
+                    .to_owned();
+
                 return Self {
                     child,
                     base,
@@ -495,4 +501,87 @@ fn migrate_reports_what_it_applied() {
 
     let second = stdout(&run(dir.path(), &["migrate"], &[]));
     assert!(second.contains("is up to date"), "{second}");
+}
+
+/// Logs are structured and carry request ids; keys, tokens and bodies never appear in them, not
+/// even at `debug`.
+#[tokio::test]
+async fn logs_carry_request_ids_and_never_keys_or_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-admin-token-admin-1";
+    let env = [
+        ("HERMA_LOG", "debug"),
+        ("HERMA_LOG_FORMAT", "json"),
+        ("HERMA_ADMIN_TOKEN", token),
+    ];
+    let server = Server::start(dir.path(), &env);
+    let key = issue_key(dir.path(), &env);
+    let secret = key["key"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let marker = "BODY-MARKER-7f3a";
+    let created = client
+        .post(format!("{}/v1/context", server.base))
+        .bearer_auth(&secret)
+        .header("X-Herma-Harness", "claude-code")
+        .json(&json!({"id": "m", "kind": "noun", "schema_or_body": marker}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let request_id = created.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let dry = client
+        .post(format!("{}/v1/dry-run", server.base))
+        .header("x-api-key", &secret)
+        .json(&json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": marker}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dry.status(), 200);
+    let keys = client
+        .get(format!("{}/v1/admin/keys", server.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(keys.status(), 200);
+    let refused = client
+        .get(format!("{}/v1/provisions", server.base))
+        .bearer_auth("hmk_0123456789abcdef_wrongsecret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    let (status, logs) = server.terminate();
+    assert!(status.success());
+    let secret_part = secret.rsplit('_').next().unwrap();
+    for line in &logs {
+        let entry: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("HERMA_LOG_FORMAT=json logs JSON lines ({e}): {line}"));
+        assert!(
+            entry["level"].is_string() && entry["timestamp"].is_string(),
+            "{line}"
+        );
+        for forbidden in [secret_part, token, marker, "wrongsecret"] {
+            assert!(
+                !line.contains(forbidden),
+                "a log line leaks `{forbidden}`: {line}"
+            );
+        }
+    }
+    let request_lines: Vec<_> = logs
+        .iter()
+        .filter(|l| l.contains(&format!("\"id\":\"{request_id}\"")))
+        .collect();
+    assert!(
+        !request_lines.is_empty(),
+        "the request id {request_id} appears in the logs: {logs:#?}"
+    );
+    assert!(
+        request_lines.iter().any(|l| l.contains("/v1/context")),
+        "the request's span names its route"
+    );
 }

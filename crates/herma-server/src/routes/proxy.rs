@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use herma_app::metrics::{ProxyOutcome, RequestAction};
 use herma_app::proxy::{ProxyReply, ProxyRequest, ProxyRoute};
 use herma_core::gate::{Principal, Requirement};
 use herma_core::wire::{Protocol, errors};
@@ -45,10 +46,33 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let protocol = match route {
+        ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
+    };
+    let (mut response, action, added_micros) =
+        relay(state, route, method, uri, headers, body).await;
+    // For `GET /metrics`: what happened, and Herma's own share of the latency.
+    response.extensions_mut().insert(ProxyOutcome {
+        protocol: protocol.as_str(),
+        action,
+        added_micros,
+    });
+    response
+}
+
+async fn relay(
+    state: AppState,
+    route: ProxyRoute,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> (Response, RequestAction, Option<u64>) {
     let received = Instant::now();
     let protocol = match route {
         ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
     };
+    let failed = |response: Response| (response, RequestAction::Failed, None);
     let facts = GateFacts::from_headers(headers.clone());
     let principal = match state
         .app
@@ -58,29 +82,33 @@ async fn handle(
     {
         Ok(Principal::Key(key)) => key,
         Ok(Principal::Bootstrap) => {
-            return ProtocolError(
-                protocol,
-                Problem::new(
-                    ProblemCode::InsufficientScope,
-                    "the bootstrap token cannot route model traffic",
-                ),
-            )
-            .into_response();
+            return failed(
+                ProtocolError(
+                    protocol,
+                    Problem::new(
+                        ProblemCode::InsufficientScope,
+                        "the bootstrap token cannot route model traffic",
+                    ),
+                )
+                .into_response(),
+            );
         }
-        Err(problem) => return ProtocolError(protocol, problem).into_response(),
+        Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
     let limit = usize::try_from(state.app.settings.proxy_max_body_bytes).unwrap_or(usize::MAX);
     let body = match axum::body::to_bytes(body, limit).await {
         Ok(body) => body,
         Err(_) => {
-            return ProtocolError(
-                protocol,
-                Problem::new(
-                    ProblemCode::PayloadTooLarge,
-                    format!("the body is larger than {limit} bytes"),
-                ),
-            )
-            .into_response();
+            return failed(
+                ProtocolError(
+                    protocol,
+                    Problem::new(
+                        ProblemCode::PayloadTooLarge,
+                        format!("the body is larger than {limit} bytes"),
+                    ),
+                )
+                .into_response(),
+            );
         }
     };
     let request = ProxyRequest {
@@ -116,12 +144,14 @@ async fn handle(
             if let Ok(v) = HeaderValue::from_str(&receipt_id) {
                 h.insert("x-herma-receipt", v);
             }
-            response
+            (response, RequestAction::RespondedDirectly, None)
         }
         Ok(ProxyReply::Upstream {
             status,
             headers,
             body,
+            action,
+            added_micros,
             ..
         }) => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -136,7 +166,7 @@ async fn handle(
                     h.append(name, value);
                 }
             }
-            response
+            (response, action.into(), Some(added_micros))
         }
         Err(failure) => {
             let mut response = ProtocolError(protocol, failure.problem).into_response();
@@ -146,7 +176,7 @@ async fn handle(
             {
                 response.headers_mut().insert("x-herma-receipt", v);
             }
-            response
+            failed(response)
         }
     }
 }

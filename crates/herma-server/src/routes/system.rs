@@ -23,6 +23,32 @@ pub struct Health {
     pub version: &'static str,
 }
 
+/// Operational metrics in the Prometheus text format: requests by route, method, action and
+/// status; request latency and Herma's added latency; queue depths; rule-index rebuilds. Public
+/// unless `HERMA_METRICS_TOKEN` is set.
+#[utoipa::path(get, path = "/metrics", tag = "system",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
+        (status = 401, description = "HERMA_METRICS_TOKEN is set and was not presented", body = crate::openapi::ProblemBody)))]
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<impl IntoResponse> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let page = state.app.metrics_page(authorization)?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        page,
+    ))
+}
+
 /// Liveness and database reachability. No authentication.
 #[utoipa::path(get, path = "/healthz", tag = "system",
     responses((status = 200, body = Health), (status = 503, body = Health)))]

@@ -8,6 +8,7 @@ mod bad_input;
 mod gate;
 mod mcp;
 mod memory;
+mod metrics;
 
 mod openapi;
 mod pages;

@@ -63,7 +63,13 @@ async fn h14_pages_have_a_strict_csp_and_load_nothing_from_elsewhere() {
             !html.contains("style=\"") && !html.contains("<style"),
             "{path}: no inline styles"
         );
-                for handler in [" onclick=", " onload=", " onsubmit=", " onerror=", "javascript:"] {
+        for handler in [
+            " onclick=",
+            " onload=",
+            " onsubmit=",
+            " onerror=",
+            "javascript:",
+        ] {
             assert!(!html.contains(handler), "{path}: no inline handlers");
         }
 
@@ -88,7 +94,7 @@ async fn h14_pages_have_a_strict_csp_and_load_nothing_from_elsewhere() {
     );
     let (_, headers, js) = get(&app, "/assets/playground.js").await;
     assert_eq!(headers["content-type"], "text/javascript; charset=utf-8");
-        assert!(js.contains("/api/preview") && !js.contains(".innerHTML"));
+    assert!(js.contains("/api/preview") && !js.contains(".innerHTML"));
 }
 
 #[tokio::test]
