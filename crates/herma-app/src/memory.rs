@@ -92,8 +92,7 @@ impl MemoryWorker {
     }
 
     /// Turns skipped because the queue was full or closed.
-    pub fn dropped
-(&self) -> u64 {
+    pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
@@ -117,25 +116,62 @@ impl MemoryWorker {
     }
 }
 
+/// Turns taken off the queue at once. Their rule outcomes are written together (one statement
+/// per batch rather than a transaction per turn), which is most of what memory costs.
+const BATCH: usize = 128;
+/// Under light load turns trickle in one by one; waiting this long lets one write carry many.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+
 async fn run(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>, max_entities: u64) {
-    while let Some(message) = receiver.recv().await {
-        match message {
-            Message::Turn(turn) => {
-                if let Err(err) = process(store.as_ref(), &turn, max_entities).await {
-                    tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
+    let mut pending: Vec<RuleOutcomeRecord> = Vec::new();
+    let mut messages = Vec::with_capacity(BATCH);
+    while receiver.recv_many(&mut messages, BATCH).await > 0 {
+        let flushing = messages.iter().any(|m| matches!(m, Message::Flush(_)));
+        if messages.len() < BATCH && !flushing {
+            tokio::time::sleep(LINGER).await;
+            while messages.len() < BATCH {
+                match receiver.try_recv() {
+                    Ok(message) => messages.push(message),
+                    Err(_) => break,
                 }
             }
-            Message::Flush(done) => {
-                let _ = done.send(());
+        }
+        for message in messages.drain(..) {
+            match message {
+                Message::Turn(turn) => {
+                    if let Err(err) =
+                        process(store.as_ref(), &turn, max_entities, &mut pending).await
+                    {
+                        tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
+                    }
+                }
+                Message::Flush(done) => {
+                    write_outcomes(store.as_ref(), &mut pending).await;
+                    let _ = done.send(());
+                }
             }
         }
+        write_outcomes(store.as_ref(), &mut pending).await;
     }
 }
 
+async fn write_outcomes(store: &dyn Store, pending: &mut Vec<RuleOutcomeRecord>) {
+    if pending.is_empty() {
+        return;
+    }
+    if let Err(err) = store.insert_outcomes(pending).await {
+        tracing::warn!(error = %err, outcomes = pending.len(), "writing rule outcomes failed");
+    }
+    pending.clear();
+}
+
+/// Records one turn's entities and queues its rule outcomes on `pending` (written by the
+/// caller, batched; written first here when attribution needs to read earlier turns).
 async fn process(
     store: &dyn Store,
     turn: &TurnRecord,
     max_entities: u64,
+    pending: &mut Vec<RuleOutcomeRecord>,
 ) -> Result<(), herma_store::StoreError> {
     let answer = response_text(
         turn.protocol,
@@ -164,24 +200,22 @@ async fn process(
         receipt_id: Some(turn.receipt_id.clone()),
         recorded_at: turn.at,
     };
-    let mut outcomes: Vec<RuleOutcomeRecord> = turn
-        .outcomes
-        .iter()
-        .map(|(id, version, outcome)| record(id, *version, *outcome, turn.turn, None))
-        .collect();
     // Errors the harness reports in turn N follow from what the model did in turn N-1.
+    let mut retries = Vec::new();
     if !turn.conversation_id.is_empty() && turn.turn > 1 {
         let signatures = error_signatures(
             std::iter::once(turn.user_text.as_str())
                 .chain(turn.tool_results.iter().map(String::as_str)),
         );
         if !signatures.is_empty() {
+            // Turn N-1 may still be in the batch.
+            write_outcomes(store, pending).await;
             for (id, version) in store
                 .fired_in_turn(&turn.scope, &turn.conversation_id, turn.turn - 1)
                 .await?
             {
                 for signature in &signatures {
-                    outcomes.push(record(
+                    retries.push(record(
                         &id,
                         version,
                         OutcomeKind::RetryError,
@@ -192,8 +226,11 @@ async fn process(
             }
         }
     }
-    if !outcomes.is_empty() {
-        store.insert_outcomes(&outcomes).await?;
-    }
+    pending.extend(
+        turn.outcomes
+            .iter()
+            .map(|(id, version, outcome)| record(id, *version, *outcome, turn.turn, None)),
+    );
+    pending.extend(retries);
     Ok(())
 }

@@ -439,9 +439,20 @@ async fn main() -> Result<()> {
         &herma,
         &["serve", "--bind", "127.0.0.1:0"],
         &[
+            ("HERMA_DATABASE_URL", database.clone()),
+            ("HERMA_LOG", "warn,herma=info".into()),
+            ("HERMA_UPSTREAM_BASE_URL", mock.url()),
+        ],
+    )?;
+    // The same Herma without entity memory, to show what memory costs a request.
+    let herma_no_memory = spawn_gateway(
+        &herma,
+        &["serve", "--bind", "127.0.0.1:0"],
+        &[
             ("HERMA_DATABASE_URL", database),
             ("HERMA_LOG", "warn,herma=info".into()),
             ("HERMA_UPSTREAM_BASE_URL", mock.url()),
+            ("HERMA_MEMORY_ENABLED", "false".into()),
         ],
     )?;
     let herma_idle_rss = memory_mib(herma_gateway.pid(), "VmRSS");
@@ -473,6 +484,12 @@ async fn main() -> Result<()> {
         headers: vec![("authorization", format!("Bearer {key}"))],
         pid: Some(herma_gateway.pid()),
     };
+    let via_herma_no_memory = Target {
+        name: "Herma, memory off",
+        base: herma_no_memory.base.clone(),
+        headers: vec![("authorization", format!("Bearer {key}"))],
+        pid: Some(herma_no_memory.pid()),
+    };
 
     let system = "You are a careful coding assistant. ".repeat(40);
     let forward_body = json!({"model": "bench-model", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "please deploy the billing service"}]});
@@ -487,6 +504,13 @@ async fn main() -> Result<()> {
     let l_bare = latency(&client, &bare, &forward_body, plan.latency_requests).await?;
     let l_herma = latency(&client, &via_herma, &forward_body, plan.latency_requests).await?;
     let l_answer = latency(&client, &via_herma, &direct_body, plan.latency_requests).await?;
+    let l_no_memory = latency(
+        &client,
+        &via_herma_no_memory,
+        &forward_body,
+        plan.latency_requests,
+    )
+    .await?;
 
     eprintln!(
         "measuring throughput at concurrency 32 ({} s each)…",
@@ -499,6 +523,14 @@ async fn main() -> Result<()> {
     let (t_herma, c_herma) = throughput(
         &client,
         &via_herma,
+        &forward_body,
+        32,
+        plan.throughput_seconds,
+    )
+    .await?;
+    let (t_no_memory, c_no_memory) = throughput(
+        &client,
+        &via_herma_no_memory,
         &forward_body,
         32,
         plan.throughput_seconds,
@@ -588,6 +620,17 @@ async fn main() -> Result<()> {
         ms(l_answer.p50),
         ms(l_answer.p99),
         cpu(l_answer.cpu_per_request)
+    );
+    println!(
+        "Entity memory on (as above) and off, same run and database: latency p50 {:.3} / {:.3} ms, p99 {:.3} / {:.3} ms, CPU per request at c=1 {} / {}; at c=32 {t_herma:.0} / {t_no_memory:.0} req/s, CPU {} / {} per request.\n",
+        ms(l_herma.p50),
+        ms(l_no_memory.p50),
+        ms(l_herma.p99),
+        ms(l_no_memory.p99),
+        cpu(l_herma.cpu_per_request),
+        cpu(l_no_memory.cpu_per_request),
+        cpu(c_herma),
+        cpu(c_no_memory)
     );
     println!(
         "Herma RSS: {herma_idle_rss:.1} MiB idle after start; {herma_streams_rss:.1} MiB with 256 streams open; peak {herma_peak:.1} MiB."

@@ -16,6 +16,7 @@ pub mod key;
 pub mod memory;
 pub mod model;
 pub mod problem;
+pub mod retired;
 pub mod rules;
 pub mod settings;
 pub mod shim;

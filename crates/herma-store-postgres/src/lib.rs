@@ -436,21 +436,29 @@ impl EntityStore for PgStore {
         max_per_scope: u64,
     ) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
+        let mut added = false;
         for obs in observations {
-            sqlx::query(
+            let count: i64 = sqlx::query_scalar(
                 "INSERT INTO working_entities AS w (caller_scope, project_tag, kind, value, count, first_seen, last_seen)
                  VALUES ($1, $2, $3, $4, 1, $5, $5)
                  ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
-                   SET count = w.count + 1, last_seen = GREATEST(w.last_seen, excluded.last_seen)",
+                   SET count = w.count + 1, last_seen = GREATEST(w.last_seen, excluded.last_seen)
+                 RETURNING w.count",
             )
             .bind(scope.as_str())
             .bind(project_tag)
             .bind(obs.kind.as_str())
             .bind(&obs.value)
             .bind(now.as_millis())
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await
             .map_err(backend)?;
+            added |= count == 1;
+        }
+        // Only a new entity can push the caller over its bound (counting is a scan).
+        if !added {
+            tx.commit().await.map_err(backend)?;
+            return Ok(0);
         }
         let total: i64 =
             sqlx::query_scalar("SELECT count(*) FROM working_entities WHERE caller_scope = $1")
@@ -545,26 +553,37 @@ impl OutcomeStore for PgStore {
         if outcomes.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(backend)?;
+        // One statement for the whole batch: columns as arrays, rows by UNNEST.
+        let mut turns = Vec::with_capacity(outcomes.len());
+        let mut versions = Vec::with_capacity(outcomes.len());
         for o in outcomes {
-            sqlx::query(
-                "INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id, provision_version,
-                   outcome, error_signature, receipt_id, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(o.caller_scope.as_str())
-            .bind(&o.conversation_id)
-            .bind(to_i64(o.turn)?)
-            .bind(&o.provision_id)
-            .bind(to_i64(o.provision_version)?)
-            .bind(o.outcome.as_str())
-            .bind(o.error_signature.as_deref())
-            .bind(o.receipt_id.as_deref())
-            .bind(o.recorded_at.as_millis())
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+            turns.push(to_i64(o.turn)?);
+            versions.push(to_i64(o.provision_version)?);
         }
-        tx.commit().await.map_err(backend)
+        let column = |f: fn(&RuleOutcomeRecord) -> Option<String>| -> Vec<Option<String>> {
+            outcomes.iter().map(f).collect()
+        };
+        sqlx::query(
+            "INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id, provision_version,
+               outcome, error_signature, receipt_id, recorded_at)
+             SELECT s, c, t, p, v, o, e, r, a FROM UNNEST($1::text[], $2::text[], $3::bigint[],
+               $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[])
+               WITH ORDINALITY AS rows (s, c, t, p, v, o, e, r, a, n) ORDER BY n",
+
+        )
+        .bind(column(|o| Some(o.caller_scope.as_str().to_owned())))
+        .bind(column(|o| Some(o.conversation_id.clone())))
+        .bind(turns)
+        .bind(column(|o| Some(o.provision_id.clone())))
+        .bind(versions)
+        .bind(column(|o| Some(o.outcome.as_str().to_owned())))
+        .bind(column(|o| o.error_signature.clone()))
+        .bind(column(|o| o.receipt_id.clone()))
+        .bind(outcomes.iter().map(|o| o.recorded_at.as_millis()).collect::<Vec<_>>())
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
     }
 
     async fn list_outcomes(
@@ -710,11 +729,19 @@ pub mod testing {
 
     static NEXT: AtomicU64 = AtomicU64::new(0);
 
-    /// A schema name unique to this process and call (`herma_test_<pid>_<n>`).
+    /// A schema name unique to this process and call (`herma_test_<pid>_<start>_<n>`). The
+    /// start time keeps a reused pid (one process per test adds up to many) from landing in a
+    /// schema an earlier process left behind.
     pub fn fresh_schema_name() -> String {
+        #[allow(clippy::disallowed_methods)] // test support: uniqueness, not a product clock
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
         format!(
-            "herma_test_{}_{}",
+            "herma_test_{}_{:x}_{}",
             std::process::id(),
+            start,
             NEXT.fetch_add(1, Ordering::Relaxed)
         )
     }

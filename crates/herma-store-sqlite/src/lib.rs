@@ -39,6 +39,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 
 /// Receipts per INSERT statement (5 parameters each, far below SQLite's limit).
 const RECEIPT_CHUNK: usize = 64;
+/// Rule outcomes per INSERT statement (9 parameters each).
+const OUTCOME_CHUNK: usize = 100;
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -440,12 +442,14 @@ impl EntityStore for SqliteStore {
         max_per_scope: u64,
     ) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
+        let mut added = false;
         for obs in observations {
-            sqlx::query(
+            let count: i64 = sqlx::query_scalar(
                 "INSERT INTO working_entities (caller_scope, project_tag, kind, value, count, first_seen, last_seen)
                  VALUES (?, ?, ?, ?, 1, ?, ?)
                  ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
-                   SET count = count + 1, last_seen = max(last_seen, excluded.last_seen)",
+                   SET count = count + 1, last_seen = max(last_seen, excluded.last_seen)
+                 RETURNING count",
             )
             .bind(scope.as_str())
             .bind(project_tag)
@@ -453,9 +457,15 @@ impl EntityStore for SqliteStore {
             .bind(&obs.value)
             .bind(now.as_millis())
             .bind(now.as_millis())
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await
             .map_err(backend)?;
+            added |= count == 1;
+        }
+        // Only a new entity can push the caller over its bound (counting is a scan).
+        if !added {
+            tx.commit().await.map_err(backend)?;
+            return Ok(0);
         }
         let total: i64 =
             sqlx::query_scalar("SELECT count(*) FROM working_entities WHERE caller_scope = ?")
@@ -551,24 +561,39 @@ impl OutcomeStore for SqliteStore {
         if outcomes.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(backend)?;
-        for o in outcomes {
-            sqlx::query(
+        // Multi-row statements, as for receipts: the memory worker hands over whole batches.
+        let statement = |chunk: &[RuleOutcomeRecord]| -> StoreResult<_> {
+            let mut sql = String::from(
                 "INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id, provision_version,
-                   outcome, error_signature, receipt_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(o.caller_scope.as_str())
-            .bind(&o.conversation_id)
-            .bind(to_i64(o.turn)?)
-            .bind(&o.provision_id)
-            .bind(to_i64(o.provision_version)?)
-            .bind(o.outcome.as_str())
-            .bind(o.error_signature.as_deref())
-            .bind(o.receipt_id.as_deref())
-            .bind(o.recorded_at.as_millis())
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+                   outcome, error_signature, receipt_id, recorded_at) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                sql.push_str(if i == 0 { "" } else { ", " });
+                sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?)");
+            }
+            let mut binds = Vec::with_capacity(chunk.len());
+            for o in chunk {
+                binds.push((to_i64(o.turn)?, to_i64(o.provision_version)?));
+            }
+            Ok((sql, binds))
+        };
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        for chunk in outcomes.chunks(OUTCOME_CHUNK) {
+            let (sql, numbers) = statement(chunk)?;
+            let mut query = sqlx::query(&sql);
+            for (o, (turn, version)) in chunk.iter().zip(numbers) {
+                query = query
+                    .bind(o.caller_scope.as_str())
+                    .bind(&o.conversation_id)
+                    .bind(turn)
+                    .bind(&o.provision_id)
+                    .bind(version)
+                    .bind(o.outcome.as_str())
+                    .bind(o.error_signature.as_deref())
+                    .bind(o.receipt_id.as_deref())
+                    .bind(o.recorded_at.as_millis());
+            }
+            query.execute(&mut *tx).await.map_err(backend)?;
         }
         tx.commit().await.map_err(backend)
     }

@@ -42,6 +42,7 @@ macro_rules! store_conformance_tests {
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
             outcomes_are_listed_newest_first_per_scope,
+            a_large_batch_of_outcomes_keeps_its_order,
             h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner,
             revisions_count_every_change_per_scope_and_collection,
             outcomes_answer_which_rules_fired_in_a_turn_and_how_often,
@@ -678,6 +679,35 @@ pub async fn outcomes_are_listed_newest_first_per_scope(store: Arc<dyn Store>) {
     );
     assert_eq!(store.list_outcomes(&b, 10).await.unwrap().len(), 1);
     assert_eq!(store.list_outcomes(&a, 1).await.unwrap().len(), 1);
+}
+
+pub async fn a_large_batch_of_outcomes_keeps_its_order(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let batch: Vec<RuleOutcomeRecord> = (1..=250u64)
+        .map(|turn| RuleOutcomeRecord {
+            caller_scope: scope.clone(),
+            conversation_id: format!("c{}", turn % 3),
+            turn,
+            provision_id: format!("p{turn}"),
+            provision_version: turn,
+            outcome: if turn % 2 == 0 {
+                OutcomeKind::Injected
+            } else {
+                OutcomeKind::RetryError
+            },
+            error_signature: (turn % 2 == 1).then(|| format!("E{turn}")),
+            receipt_id: (turn % 5 != 0).then(|| format!("rcpt_{turn}")),
+            recorded_at: at(turn as i64),
+        })
+        .collect();
+    store.insert_outcomes(&batch).await.unwrap();
+    let mut listed = store.list_outcomes(&scope, 1000).await.unwrap();
+    listed.reverse();
+    assert_eq!(listed, batch, "every row, in order, nulls kept");
+    assert_eq!(
+        store.fired_in_turn(&scope, "c2", 8).await.unwrap(),
+        vec![("p8".to_owned(), 8)]
+    );
 }
 
 pub async fn h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner(

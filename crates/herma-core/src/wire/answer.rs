@@ -9,10 +9,15 @@ use super::sse::Reader;
 /// The assistant text of a response body, up to `max` characters.
 pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
     let mut out = String::new();
+    // Counted as it grows: recounting per delta would be quadratic in a long stream.
+    let mut chars = 0usize;
     let mut push = |text: &str| {
-        let room = max.saturating_sub(out.chars().count());
+        let room = max.saturating_sub(chars);
+        let before = out.len();
         out.extend(text.chars().take(room));
+        chars += out[before..].chars().count();
     };
+
     if streaming {
         let mut reader = Reader::default();
         reader.feed(body, &mut |event| {
@@ -89,5 +94,15 @@ mod tests {
             assert_eq!(response_text(protocol, true, &answer.sse(), 3), "see");
         }
         assert_eq!(response_text(Protocol::Messages, false, b"garbage", 10), "");
+    }
+
+    #[test]
+    fn the_text_stops_at_max_characters_across_deltas() {
+        let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"abcé"}}"#;
+        let body = format!("event: content_block_delta\ndata: {delta}\n\n").repeat(1000);
+        let text = response_text(Protocol::Messages, true, body.as_bytes(), 10);
+        assert_eq!(text, "abcéabcéab");
+        let all = response_text(Protocol::Messages, true, body.as_bytes(), usize::MAX);
+        assert_eq!(all.chars().count(), 4000);
     }
 }

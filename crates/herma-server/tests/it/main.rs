@@ -16,6 +16,7 @@ mod proxy;
 mod public;
 
 mod records;
+mod retired;
 mod sdk;
 
 use herma_test_support::TestApp;

@@ -1,0 +1,117 @@
+//! Entity-memory extraction, per turn: reading the answer back from the relayed response
+//! (streamed SSE or JSON) and extracting paths, symbols, URIs, card ids and error signatures
+//! from the prompt, the tool results and the answer — everything the memory worker does for a
+//! turn except writing to the store. Reported as turns per second (one core).
+
+// A benchmark fails loudly on a broken fixture.
+#![allow(clippy::expect_used)]
+
+use criterion::{Criterion, Throughput, black_box, criterion_group, criterion_main};
+use herma_core::memory::{error_signatures, observations};
+use herma_core::wire::answer::response_text;
+use herma_core::wire::{Envelope, HeaderFacts, Protocol};
+
+const CLAUDE_CODE: &str = include_str!("../fixtures/requests/claude_code_messages.json");
+const CODEX: &str = include_str!("../fixtures/requests/codex_responses.json");
+
+/// An answer the way Claude Code receives it: ~300 small text deltas (about 3 KB of text)
+/// mentioning files, symbols and a compiler error.
+fn streamed_messages_answer() -> Vec<u8> {
+    let words = [
+        "I",
+        "looked",
+        "at",
+        "`src/gate.rs`",
+        "and",
+        "the",
+        "call",
+        "to",
+        "verify_key()",
+        "fails",
+        "with",
+        "error[E0308]:",
+        "mismatched",
+        "types",
+        "in",
+        "crates/herma-app/src/proxy.rs;",
+        "see",
+        "tessera://nouns/gate-policy",
+        "and",
+        "RuleCache::snapshot.",
+    ];
+    let mut body = String::from(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n",
+    );
+    for i in 0..300 {
+        let text = format!("{} ", words[i % words.len()]);
+        body.push_str(&format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+        ));
+    }
+    body.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    body.into_bytes()
+}
+
+fn turn(
+    c: &mut Criterion,
+    name: &str,
+    protocol: Protocol,
+    request: &str,
+    answer: &[u8],
+    streaming: bool,
+) {
+    let envelope = Envelope::from_request(protocol, request.as_bytes(), &HeaderFacts::default())
+        .expect("fixture");
+    let mut group = c.benchmark_group("memory extraction");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            let text = response_text(protocol, streaming, black_box(answer), 64 * 1024);
+            let seen = observations(
+                &envelope.paths,
+                &envelope.user_text,
+                &envelope.tool_results,
+                &text,
+            );
+            let errors = error_signatures(
+                std::iter::once(envelope.user_text.as_str())
+                    .chain(envelope.tool_results.iter().map(String::as_str)),
+            );
+            black_box((seen, errors))
+        });
+    });
+    group.finish();
+}
+
+fn extraction(c: &mut Criterion) {
+    let streamed = streamed_messages_answer();
+    let text = response_text(Protocol::Messages, true, &streamed, usize::MAX);
+    assert!(
+        text.contains("error[E0308]"),
+        "the fixture answer is read back"
+    );
+    turn(
+        c,
+        "claude code turn, streamed answer",
+        Protocol::Messages,
+        CLAUDE_CODE,
+        &streamed,
+        true,
+    );
+    let json_answer = serde_json::json!({
+        "id": "resp_1", "object": "response", "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+    })
+    .to_string();
+    turn(
+        c,
+        "codex turn, JSON answer",
+        Protocol::Responses,
+        CODEX,
+        json_answer.as_bytes(),
+        false,
+    );
+}
+
+criterion_group!(benches, extraction);
+criterion_main!(benches);
