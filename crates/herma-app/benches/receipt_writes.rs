@@ -38,6 +38,8 @@ fn bench(c: &mut Criterion) {
             tier: Tier::Keyword,
             trigger: "keyword:deploy".into(),
             applied: true,
+            score: None,
+            confidence: None,
         }],
         shimmed_context_refs: vec![],
         unresolved_context_refs: vec![],

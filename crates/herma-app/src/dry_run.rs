@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use herma_core::contributor::refuse_contributor_model;
-use herma_core::model::MatchedRule;
 use herma_core::model::ShimmedRef;
+use herma_core::model::{MatchedRule, Tier};
 use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::{
     ConversationSource, Envelope, HeaderFacts, InsertKind, Insertion, Protocol, WrapKind,
@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::App;
 use crate::proxy::{Claims, PlannedAction};
+use crate::tiers::Evaluation;
 
 /// A request to evaluate.
 #[derive(Clone, Debug, Deserialize, utoipa::ToSchema)]
@@ -46,12 +47,26 @@ pub struct EnvelopeView {
     pub conversation_source: ConversationSource,
 }
 
-/// Matches per tier. Tiers 2 and 3 are listed for completeness; tier 1 decides today.
+/// Matches by the tier that fired them.
 #[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
 pub struct TierMatches {
     pub keyword: Vec<MatchedRule>,
     pub semantic: Vec<MatchedRule>,
     pub micromodel: Vec<MatchedRule>,
+}
+
+impl From<Vec<MatchedRule>> for TierMatches {
+    fn from(matched: Vec<MatchedRule>) -> Self {
+        let mut tiers = TierMatches::default();
+        for m in matched {
+            match m.tier {
+                Tier::Keyword => tiers.keyword.push(m),
+                Tier::Semantic => tiers.semantic.push(m),
+                Tier::Micromodel => tiers.micromodel.push(m),
+            }
+        }
+        tiers
+    }
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -74,6 +89,9 @@ pub struct DryRunReport {
     pub protocol: Protocol,
     pub envelope: EnvelopeView,
     pub tiers: TierMatches,
+    /// Tiers 2 and 3 in detail: every semantic score with its example, threshold and margin,
+    /// every classifier outcome, and each rule a tier did not evaluate with the reason.
+    pub evaluation: Evaluation,
     /// `forward`, `shim_context` or `respond_directly`.
     #[schema(example = "shim_context")]
     pub decision: &'static str,
@@ -136,7 +154,10 @@ impl App {
         if let Some(model) = &envelope.model {
             refuse_contributor_model(model, "/body/model")?;
         }
-        let snapshot = self.rules.snapshot(scope).await?;
+        let snapshot = self
+            .rules
+            .snapshot(scope, crate::tiers::Mode::Offline)
+            .await?;
         let plan = self
             .plan(scope, &snapshot, &envelope, Claims::DryRun, true)
             .await?;
@@ -154,10 +175,8 @@ impl App {
                 conversation_id: envelope.conversation.id.clone(),
                 conversation_source: envelope.conversation.source,
             },
-            tiers: TierMatches {
-                keyword: plan.matched,
-                ..TierMatches::default()
-            },
+            tiers: TierMatches::from(plan.matched),
+            evaluation: plan.evaluation,
             decision: "forward",
             provision_id: None,
             shim: None,

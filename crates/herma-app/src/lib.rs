@@ -9,6 +9,7 @@
 //! Architecture invariant: nothing here knows HTTP: no status codes, no axum types. Errors are
 //! core [`herma_core::Problem`]s; the transports choose statuses.
 
+pub mod calibrate;
 pub mod clock;
 pub mod discovery;
 pub mod dry_run;
@@ -26,6 +27,7 @@ pub mod records;
 pub mod rule_cache;
 pub mod starters;
 pub mod storage;
+pub mod tiers;
 pub mod transfer;
 
 use std::sync::Arc;
@@ -59,6 +61,8 @@ pub struct App {
     /// What `GET /metrics` reports.
     pub metrics: metrics::Metrics,
     pub settings: Settings,
+    /// The models of tiers 2 and 3 (none until [`App::with_tiers`]).
+    pub tiers: tiers::Tiers,
 }
 
 /// The HTTP client the settings describe.
@@ -128,7 +132,20 @@ impl App {
             preview_limit,
             metrics: metrics::Metrics::default(),
             settings,
+            tiers: tiers::Tiers::default(),
         }
+    }
+
+    /// Uses `tiers` for semantic and micromodel triggers (see [`tiers::Tiers::open`]).
+    pub fn with_tiers(mut self, tiers: tiers::Tiers) -> Self {
+        self.rules = RuleCache::new(
+            self.store.clone(),
+            self.clock.clone(),
+            self.settings.rules_cache_ttl_ms,
+        )
+        .with_embedder(tiers.embedder.clone());
+        self.tiers = tiers;
+        self
     }
 
     /// Finishes background work: every queued receipt is written.

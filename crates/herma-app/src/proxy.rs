@@ -13,9 +13,7 @@ use futures_util::Stream;
 use herma_core::contributor::refuse_contributor_model;
 use herma_core::gate::KeyPrincipal;
 use herma_core::memory::project_tag;
-use herma_core::model::{
-    Action, MatchedRule, OutcomeKind, ReceiptAction, ReceiptBody, Tier, Timings,
-};
+use herma_core::model::{Action, MatchedRule, OutcomeKind, ReceiptAction, ReceiptBody, Timings};
 use herma_core::rules::{Decision, RuleMatch, decide};
 use herma_core::shim::{RenderedShim, ShimEntry, render};
 use herma_core::upstream::{
@@ -32,6 +30,7 @@ use crate::App;
 use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
 use crate::receipts::ReceiptWriter;
 use crate::rule_cache::RuleSnapshot;
+use crate::tiers::{Evaluation, Mode};
 
 /// Names the project a request belongs to (entity memory is kept per project).
 pub const PROJECT_HEADER: &str = "x-herma-project";
@@ -94,6 +93,8 @@ pub struct Plan {
     pub action: PlannedAction,
     /// `once_per_conversation` provisions claimed for this request.
     pub claimed: Vec<String>,
+    /// Tiers 2 and 3: scores, classifier outcomes and what was skipped.
+    pub evaluation: Evaluation,
 }
 
 /// A request Herma could not complete, and its receipt when one was written.
@@ -187,7 +188,12 @@ impl App {
     ) -> Result<Plan, Problem> {
         let rules = &snapshot.rules;
         let spec = |m: &RuleMatch| &rules.rule(m.rule).provision.spec;
-        let all = rules.evaluate(envelope);
+        let mode = match claims {
+            Claims::Write => Mode::Online,
+            Claims::DryRun => Mode::Offline,
+        };
+        let (all, evaluation) =
+            crate::tiers::evaluate(&self.tiers, rules, &snapshot.semantic, envelope, mode).await;
         let shims_possible = can_forward && envelope.insertion.is_some();
         let mut remaining: Vec<RuleMatch> = all
             .iter()
@@ -275,9 +281,11 @@ impl App {
                     provision_id: rule.provision.spec.id.clone(),
                     version: rule.provision.version,
                     builtin: rule.builtin,
-                    tier: Tier::Keyword,
+                    tier: m.tier,
                     trigger: m.trigger(),
                     applied: applied_ids.contains(&m.rule),
+                    score: m.score,
+                    confidence: m.confidence,
                 }
             })
             .collect();
@@ -317,6 +325,7 @@ impl App {
             matched,
             action,
             claimed,
+            evaluation,
         })
     }
 
@@ -335,7 +344,7 @@ impl App {
         // Decided before planning, so a request that cannot be forwarded spends no claims.
         let target = self.resolve_target(&request, protocol);
         let scope = request.principal.caller_scope.clone();
-        let snapshot = self.rules.snapshot(&scope).await?;
+        let snapshot = self.rules.snapshot(&scope, Mode::Online).await?;
         let plan = self
             .plan(&scope, &snapshot, &envelope, Claims::Write, target.is_ok())
             .await?;

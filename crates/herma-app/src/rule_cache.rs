@@ -14,8 +14,11 @@ use herma_core::rules::RuleSet;
 use herma_core::{CallerScope, Problem, Timestamp};
 use herma_store::{DocumentStoreExt, Revisions, Store};
 
+use herma_core::semantic::Embedder;
+
 use crate::clock::Clock;
 use crate::error::internal;
+use crate::tiers::{Mode, SemanticRules, semantic_rules};
 
 /// Snapshots beyond this are dropped wholesale and rebuilt on demand.
 const MAX_CACHED_SCOPES: usize = 10_000;
@@ -27,6 +30,8 @@ pub struct RuleSnapshot {
     /// Context entries referenced by the rules, by id: the caller's own first, else the
     /// built-in of that id (`true`).
     pub context: HashMap<String, (Arc<ContextEntry>, bool)>,
+    /// The semantic rules' example vectors.
+    pub semantic: SemanticRules,
 }
 
 impl RuleSnapshot {
@@ -47,6 +52,7 @@ pub struct RuleCache {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     ttl_ms: i64,
+    embedder: Option<Arc<dyn Embedder>>,
     entries: RwLock<HashMap<CallerScope, Cached>>,
     rebuilds: AtomicU64,
     /// Bumped by every invalidation: a snapshot built from reads older than an invalidation
@@ -60,10 +66,17 @@ impl RuleCache {
             store,
             clock,
             ttl_ms: i64::try_from(ttl_ms).unwrap_or(1000),
+            embedder: None,
             entries: RwLock::new(HashMap::new()),
             rebuilds: AtomicU64::new(0),
             generation: AtomicU64::new(0),
         }
+    }
+
+    /// Semantic rules get their example vectors from `embedder`.
+    pub fn with_embedder(mut self, embedder: Option<Arc<dyn Embedder>>) -> Self {
+        self.embedder = embedder;
+        self
     }
 
     /// How many snapshots were compiled since start (for metrics and tests).
@@ -71,8 +84,13 @@ impl RuleCache {
         self.rebuilds.load(Ordering::Relaxed)
     }
 
-    /// The caller's current snapshot.
-    pub async fn snapshot(&self, scope: &CallerScope) -> Result<Arc<RuleSnapshot>, Problem> {
+    /// The caller's current snapshot. Offline, missing example vectors are not computed with a
+    /// remote model; such an incomplete snapshot serves its request but is not cached.
+    pub async fn snapshot(
+        &self,
+        scope: &CallerScope,
+        mode: Mode,
+    ) -> Result<Arc<RuleSnapshot>, Problem> {
         let now = self.clock.now();
         let cached_revisions = {
             let entries = self.entries.read().map_err(|_| internal_lock())?;
@@ -99,10 +117,10 @@ impl RuleCache {
         ];
         let snapshot = match cached_revisions {
             Some((old, snapshot)) if old == revisions => snapshot,
-            _ => Arc::new(self.build(scope, &builtin).await?),
+            _ => Arc::new(self.build(scope, &builtin, mode).await?),
         };
         let mut entries = self.entries.write().map_err(|_| internal_lock())?;
-        if self.generation.load(Ordering::SeqCst) != generation {
+        if self.generation.load(Ordering::SeqCst) != generation || !snapshot.semantic.complete {
             return Ok(snapshot);
         }
         if entries.len() >= MAX_CACHED_SCOPES {
@@ -123,6 +141,7 @@ impl RuleCache {
         &self,
         scope: &CallerScope,
         builtin: &CallerScope,
+        mode: Mode,
     ) -> Result<RuleSnapshot, Problem> {
         let provisions = self.store.provisions();
         let own: Vec<Provision> = if scope.is_system_builtin() {
@@ -158,8 +177,21 @@ impl RuleCache {
         for skipped in rules.skipped() {
             tracing::warn!(provision = %skipped.provision_id, reason = %skipped.reason, "rule left out of matching");
         }
+        let semantic = semantic_rules(
+            self.store.as_ref(),
+            self.embedder.as_ref(),
+            scope,
+            &rules,
+            mode,
+            self.clock.now(),
+        )
+        .await;
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
-        Ok(RuleSnapshot { rules, context })
+        Ok(RuleSnapshot {
+            rules,
+            context,
+            semantic,
+        })
     }
 
     /// Forgets a scope's snapshot (its records changed through this instance); the built-in

@@ -5,7 +5,9 @@
 
 mod config;
 mod keys;
+mod models;
 mod records;
+mod rules;
 mod serve;
 
 use std::collections::BTreeMap;
@@ -69,6 +71,16 @@ enum Command {
     Context {
         #[command(subcommand)]
         command: records::TransferCommand,
+    },
+    /// Check the models of semantic and micromodel rules.
+    Models {
+        #[command(subcommand)]
+        command: models::ModelsCommand,
+    },
+    /// Evaluate a caller's rules against labelled prompts.
+    Rules {
+        #[command(subcommand)]
+        command: rules::RulesCommand,
     },
 }
 
@@ -167,7 +179,8 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     for m in &applied {
         tracing::info!(version = m.version, name = %m.name, "applied migration");
     }
-    let app = Arc::new(App::new(store, settings)?);
+    let tiers = herma_app::tiers::Tiers::open(&settings.tiers).await;
+    let app = Arc::new(App::new(store, settings)?.with_tiers(tiers));
     let starters = app.load_starters().await.map_err(|p| {
         Failure::runtime(format!(
             "loading the built-in starters failed: {}",
@@ -181,6 +194,17 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
         context_updated = starters.context.updated,
         "built-in starters loaded"
     );
+    // Example vectors of the built-in semantic rules, computed now rather than on a request.
+    if app.tiers.embedder.is_some() {
+        let builtin = herma_core::CallerScope::system_builtin();
+        if let Err(p) = app
+            .rules
+            .snapshot(&builtin, herma_app::tiers::Mode::Online)
+            .await
+        {
+            tracing::warn!(detail = %p.detail, "preparing the built-in rules failed");
+        }
+    }
     Ok(app)
 }
 
@@ -220,6 +244,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Context { command } => {
             records::run::<herma_core::model::ContextEntrySpec>(command, "context entries").await
         }
+        Command::Models { command } => models::run(command).await,
+        Command::Rules { command } => rules::run(command).await,
     }
 }
 

@@ -55,7 +55,7 @@ pub enum TransferCommand {
     },
 }
 
-fn scope(caller: Option<&str>, builtin: bool) -> Result<CallerScope, Failure> {
+pub(crate) fn scope(caller: Option<&str>, builtin: bool) -> Result<CallerScope, Failure> {
     if builtin {
         return Ok(CallerScope::system_builtin());
     }
@@ -67,7 +67,7 @@ fn scope(caller: Option<&str>, builtin: bool) -> Result<CallerScope, Failure> {
     })
 }
 
-fn format(explicit: Option<&str>, path: Option<&str>) -> Result<Format, Failure> {
+pub(crate) fn format(explicit: Option<&str>, path: Option<&str>) -> Result<Format, Failure> {
     match explicit {
         Some(raw) => Format::parse(raw)
             .ok_or_else(|| Failure::usage(format!("--format `{raw}`: use json or jsonl"))),
@@ -75,7 +75,7 @@ fn format(explicit: Option<&str>, path: Option<&str>) -> Result<Format, Failure>
     }
 }
 
-fn progress(total_hint: u64, message: &str) -> ProgressBar {
+pub(crate) fn progress(total_hint: u64, message: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

@@ -10,14 +10,17 @@
 
 pub mod caller;
 pub mod contributor;
+pub mod engine;
 pub mod gate;
 pub mod json;
 pub mod key;
 pub mod memory;
+pub mod micromodel;
 pub mod model;
 pub mod problem;
 pub mod retired;
 pub mod rules;
+pub mod semantic;
 pub mod settings;
 pub mod shim;
 pub mod time;

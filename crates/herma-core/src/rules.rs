@@ -13,7 +13,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::RegexSetBuilder;
 
 use crate::model::provision::MAX_REGEX_COMPILED_BYTES;
-use crate::model::{Action, Provision, TriggerMode};
+use crate::model::{Action, Provision, Tier, TriggerMode};
 use crate::wire::Envelope;
 
 /// The trigger kinds of tier 1, as bits.
@@ -30,13 +30,28 @@ pub struct Rule {
     configured: u8,
 }
 
-/// Which triggers of a rule fired, first per kind, in kind order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A rule that fired: which triggers, first per kind, in kind order, and the tier that decided.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RuleMatch {
     /// Index into [`RuleSet::rules`].
     pub rule: usize,
     /// E.g. `["keyword:deploy"]`, or one per kind for `all` rules.
     pub triggers: Vec<String>,
+    /// The tier that fired the rule (for `all` rules, the last tier checked).
+    pub tier: Tier,
+    /// The best example's cosine similarity, when tier 2 was evaluated for the rule.
+    pub score: Option<f32>,
+    /// The classifier's confidence, when tier 3 decided.
+    pub confidence: Option<f64>,
+}
+
+/// The tier-1 triggers of one rule that fired on a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier1Hit {
+    pub rule: usize,
+    pub triggers: Vec<String>,
+    /// Every configured tier-1 kind fired (what `all` rules need of tier 1).
+    pub complete: bool,
 }
 
 impl RuleMatch {
@@ -224,7 +239,35 @@ impl RuleSet {
     }
 
     /// Every rule the envelope matches, in rule order (priority, then id).
+    /// Tier 1 alone, as the final answer: rules with only tier-1 triggers by their mode, and
+    /// `any` rules whose tier-1 triggers fired. (The full engine, with tiers 2 and 3, is
+    /// `crate::engine`.)
     pub fn evaluate(&self, envelope: &Envelope) -> Vec<RuleMatch> {
+        self.tier1(envelope)
+            .into_iter()
+            .filter(|hit| {
+                let spec = &self.rules[hit.rule].provision.spec;
+                match spec.trigger_mode {
+                    TriggerMode::Any => true,
+                    TriggerMode::All => {
+                        hit.complete
+                            && spec.triggers.semantic.is_none()
+                            && spec.triggers.micromodel.is_none()
+                    }
+                }
+            })
+            .map(|hit| RuleMatch {
+                rule: hit.rule,
+                triggers: hit.triggers,
+                tier: Tier::Keyword,
+                score: None,
+                confidence: None,
+            })
+            .collect()
+    }
+
+    /// Every rule with at least one tier-1 trigger firing on `envelope`, in rule order.
+    pub fn tier1(&self, envelope: &Envelope) -> Vec<Tier1Hit> {
         if self.rules.is_empty() {
             return Vec::new();
         }
@@ -277,22 +320,17 @@ impl RuleSet {
             }
         }
 
-        let mut matches: Vec<RuleMatch> = hits
+        let mut found: Vec<Tier1Hit> = hits
             .into_iter()
-            .filter(|(rule, (kinds, _))| {
-                let r = &self.rules[*rule as usize];
-                match r.provision.spec.trigger_mode {
-                    TriggerMode::Any => *kinds != 0,
-                    TriggerMode::All => *kinds == r.configured,
-                }
-            })
-            .map(|(rule, (_, triggers))| RuleMatch {
+            .filter(|(_, (kinds, _))| *kinds != 0)
+            .map(|(rule, (kinds, triggers))| Tier1Hit {
                 rule: rule as usize,
                 triggers: triggers.into_iter().flatten().collect(),
+                complete: kinds == self.rules[rule as usize].configured,
             })
             .collect();
-        matches.sort_by_key(|m| m.rule);
-        matches
+        found.sort_by_key(|m| m.rule);
+        found
     }
 }
 
@@ -416,7 +454,7 @@ impl GlobIndex {
 }
 
 /// What the matched rules ask Herma to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     /// Nothing matched: forward unchanged.
     Forward,

@@ -156,6 +156,84 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "Turns waiting for memory processing; beyond it turns are skipped (and counted).",
     },
     SettingInfo {
+        name: "HERMA_EMBED_MODEL_DIR",
+        secret: false,
+        default: "unset",
+        description: "Directory of a local sentence-embedding model (config.json, tokenizer.json, model.safetensors) for semantic triggers.",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_WINDOW_TOKENS",
+        secret: false,
+        default: "32",
+        description: "Tokens of the latest user turn that are embedded (8 to 256).",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_THREADS",
+        secret: false,
+        default: "1",
+        description: "Threads of the local embedding pool.",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_CACHE_ENTRIES",
+        secret: false,
+        default: "10000",
+        description: "Embeddings kept in memory, keyed by a digest of the text.",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_URL",
+        secret: false,
+        default: "unset",
+        description: "A remote embedding endpoint instead of a local model: an OpenAI-compatible base (`…/v1`) or an Ollama base URL.",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_PROTOCOL",
+        secret: false,
+        default: "openai",
+        description: "How HERMA_EMBED_URL is spoken: `openai` (`/embeddings`) or `ollama` (`/api/embed`).",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_MODEL",
+        secret: false,
+        default: "unset",
+        description: "The remote embedding model (required with HERMA_EMBED_URL).",
+    },
+    SettingInfo {
+        name: "HERMA_EMBED_API_KEY",
+        secret: true,
+        default: "unset",
+        description: "Bearer key for HERMA_EMBED_URL.",
+    },
+    SettingInfo {
+        name: "HERMA_MICROMODEL_URL",
+        secret: false,
+        default: "unset",
+        description: "The tier-3 classifier endpoint: an OpenAI-compatible base (`…/v1`) or an Ollama base URL.",
+    },
+    SettingInfo {
+        name: "HERMA_MICROMODEL_PROTOCOL",
+        secret: false,
+        default: "openai",
+        description: "How HERMA_MICROMODEL_URL is spoken: `openai` (`/chat/completions`) or `ollama` (`/api/chat`).",
+    },
+    SettingInfo {
+        name: "HERMA_MICROMODEL_MODEL",
+        secret: false,
+        default: "unset",
+        description: "The classifier model rules use unless they name one (required with HERMA_MICROMODEL_URL; contributor-tier models are refused).",
+    },
+    SettingInfo {
+        name: "HERMA_MICROMODEL_API_KEY",
+        secret: true,
+        default: "unset",
+        description: "Bearer key for HERMA_MICROMODEL_URL.",
+    },
+    SettingInfo {
+        name: "HERMA_MICROMODEL_TIMEOUT_MS",
+        secret: false,
+        default: "2000",
+        description: "How long one classifier call may take before the rule's failure policy applies.",
+    },
+    SettingInfo {
         name: "HERMA_PREVIEW_RATE_PER_MINUTE",
         secret: false,
         default: "30",
@@ -257,6 +335,54 @@ fn redact_url_password(url: &str) -> String {
     }
 }
 
+/// How a remote model endpoint is spoken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteProtocol {
+    /// OpenAI-compatible: `{base}/embeddings`, `{base}/chat/completions`.
+    OpenAi,
+    /// Ollama: `{base}/api/embed`, `{base}/api/chat`.
+    Ollama,
+}
+
+impl RemoteProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemoteProtocol::OpenAi => "openai",
+            RemoteProtocol::Ollama => "ollama",
+        }
+    }
+}
+
+/// A remote model endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteModel {
+    pub protocol: RemoteProtocol,
+    /// The base URL, without a trailing slash.
+    pub base: String,
+    pub model: String,
+    pub key: Option<Secret>,
+}
+
+/// Where tier 2's embeddings come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmbedSource {
+    Local { dir: String },
+    Remote(RemoteModel),
+}
+
+/// Tier 2 and tier 3 settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierSettings {
+    /// `None`: semantic triggers cannot be evaluated (dry runs say so).
+    pub embed: Option<EmbedSource>,
+    pub embed_window_tokens: u64,
+    pub embed_threads: u64,
+    pub embed_cache_entries: u64,
+    /// `None`: micromodel triggers cannot be evaluated.
+    pub micromodel: Option<RemoteModel>,
+    pub micromodel_timeout_ms: u64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -289,6 +415,7 @@ pub struct Settings {
     pub memory_queue_capacity: u64,
     pub preview_rate_per_minute: u64,
     pub public_url: Option<String>,
+    pub tiers: TierSettings,
 }
 
 /// An invalid setting, by name.
@@ -406,6 +533,10 @@ impl Settings {
         let memory_max_entities = number("HERMA_MEMORY_MAX_ENTITIES", 5000, 1, 10_000_000);
         let memory_queue_capacity = number("HERMA_MEMORY_QUEUE_CAPACITY", 10_000, 1, 10_000_000);
         let preview_rate_per_minute = number("HERMA_PREVIEW_RATE_PER_MINUTE", 30, 1, 1_000_000);
+        let embed_window_tokens = number("HERMA_EMBED_WINDOW_TOKENS", 32, 8, 256);
+        let embed_threads = number("HERMA_EMBED_THREADS", 1, 1, 64);
+        let embed_cache_entries = number("HERMA_EMBED_CACHE_ENTRIES", 10_000, 0, 10_000_000);
+        let micromodel_timeout_ms = number("HERMA_MICROMODEL_TIMEOUT_MS", 2000, 50, 120_000);
         let public_url = match setting(map, "HERMA_PUBLIC_URL") {
             None => None,
             Some(raw) => match parse_base(raw) {
@@ -480,6 +611,74 @@ impl Settings {
             }
         }
 
+        let mut remote = |prefix: &str| -> Option<RemoteModel> {
+            let url_name = format!("HERMA_{prefix}_URL");
+            let model_name = format!("HERMA_{prefix}_MODEL");
+            let protocol_name = format!("HERMA_{prefix}_PROTOCOL");
+            let url = setting(map, &url_name);
+            let model = setting(map, &model_name);
+            let protocol = match setting(map, &protocol_name) {
+                None | Some("openai") => RemoteProtocol::OpenAi,
+                Some("ollama") => RemoteProtocol::Ollama,
+                Some(other) => {
+                    fail(
+                        &protocol_name,
+                        format!("`{other}` is neither `openai` nor `ollama`"),
+                    );
+                    RemoteProtocol::OpenAi
+                }
+            };
+            let url = url?;
+            let base = match parse_base(url) {
+                Ok(u) => u.as_str().trim_end_matches('/').to_owned(),
+                Err(detail) => {
+                    fail(&url_name, detail);
+                    return None;
+                }
+            };
+            let Some(model) = model else {
+                fail(&model_name, format!("is required with {url_name}"));
+                return None;
+            };
+            if crate::contributor::is_contributor_model(model) {
+                fail(
+                    &model_name,
+                    format!("`{model}` is contributor tier and is refused"),
+                );
+                return None;
+            }
+            Some(RemoteModel {
+                protocol,
+                base,
+                model: model.to_owned(),
+                key: setting(map, &format!("HERMA_{prefix}_API_KEY")).map(Secret::new),
+            })
+        };
+        let remote_embed = remote("EMBED");
+        let micromodel = remote("MICROMODEL");
+        let embed = match (setting(map, "HERMA_EMBED_MODEL_DIR"), remote_embed) {
+            (Some(_), Some(_)) => {
+                fail(
+                    "HERMA_EMBED_MODEL_DIR",
+                    "set either HERMA_EMBED_MODEL_DIR or HERMA_EMBED_URL, not both".into(),
+                );
+                None
+            }
+            (Some(dir), None) => Some(EmbedSource::Local {
+                dir: dir.to_owned(),
+            }),
+            (None, Some(model)) => Some(EmbedSource::Remote(model)),
+            (None, None) => None,
+        };
+        let tiers = TierSettings {
+            embed,
+            embed_window_tokens,
+            embed_threads,
+            embed_cache_entries,
+            micromodel,
+            micromodel_timeout_ms,
+        };
+
         let log_filter = setting(map, "HERMA_LOG").unwrap_or("info").to_owned();
         let log_format = match setting(map, "HERMA_LOG_FORMAT") {
             None | Some("text") => LogFormat::Text,
@@ -517,6 +716,7 @@ impl Settings {
                 memory_queue_capacity,
                 preview_rate_per_minute,
                 public_url,
+                tiers,
             })
         } else {
             Err(errors)
@@ -617,6 +817,53 @@ mod tests {
                 "HERMA_LOG_FORMAT"
             ]
         );
+    }
+
+    #[test]
+    fn tier_settings_are_validated_and_contributor_classifiers_refused() {
+        let s = Settings::from_map(&map(&[
+            ("HERMA_EMBED_MODEL_DIR", "/models/minilm"),
+            ("HERMA_MICROMODEL_URL", "http://localhost:11434/"),
+            ("HERMA_MICROMODEL_PROTOCOL", "ollama"),
+            ("HERMA_MICROMODEL_MODEL", "qwen2.5:0.5b"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.tiers.embed,
+            Some(EmbedSource::Local {
+                dir: "/models/minilm".into()
+            })
+        );
+        let micro = s.tiers.micromodel.unwrap();
+        assert_eq!(micro.base, "http://localhost:11434");
+        assert_eq!(micro.protocol, RemoteProtocol::Ollama);
+        assert_eq!(s.tiers.embed_window_tokens, 32);
+        assert_eq!(s.tiers.micromodel_timeout_ms, 2000);
+
+        let errors = Settings::from_map(&map(&[
+            ("HERMA_EMBED_MODEL_DIR", "/m"),
+            ("HERMA_EMBED_URL", "http://localhost:8000/v1"),
+            ("HERMA_EMBED_MODEL", "e"),
+            ("HERMA_MICROMODEL_URL", "http://localhost:8000/v1"),
+            ("HERMA_MICROMODEL_MODEL", "tiny-Contributor"),
+            ("HERMA_EMBED_WINDOW_TOKENS", "4"),
+            ("HERMA_EMBED_PROTOCOL", "grpc"),
+        ]))
+        .unwrap_err();
+        let named: Vec<_> = errors.iter().map(|e| e.name.as_str()).collect();
+        for name in [
+            "HERMA_EMBED_MODEL_DIR",
+            "HERMA_MICROMODEL_MODEL",
+            "HERMA_EMBED_WINDOW_TOKENS",
+            "HERMA_EMBED_PROTOCOL",
+        ] {
+            assert!(named.contains(&name), "{name} in {named:?}");
+        }
+        assert!(errors.iter().any(|e| e.detail.contains("contributor tier")));
+        let missing =
+            Settings::from_map(&map(&[("HERMA_MICROMODEL_URL", "http://localhost:1/v1")]))
+                .unwrap_err();
+        assert_eq!(missing[0].name, "HERMA_MICROMODEL_MODEL");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
 
+pub mod tiers;
+
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -156,7 +158,7 @@ impl Upstream for HttpUpstream {
 }
 
 /// What went wrong, with the cause chain but without the URL (it may carry a caller's path).
-fn describe(err: &reqwest::Error) -> String {
+pub(crate) fn describe(err: &reqwest::Error) -> String {
     let mut text = if err.is_connect() {
         "connection failed"
     } else if err.is_timeout() {

@@ -15,15 +15,16 @@ use herma_core::{CallerScope, Timestamp};
 use herma_store::{
     AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
     ImportOutcome, ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Revisions, Store,
-    StoreError, StoreResult, StoredDoc,
+    StoreError, StoreResult, StoredDoc, StoredVectors, VectorStore, encode_vectors,
 };
 use herma_store_sql::{
     SqlRow, backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
-    receipt_from_row, revisions_from_rows, rule_stats_from_rows, to_i64, to_json, version_of,
+    receipt_from_row, revisions_from_rows, rule_stats_from_rows, to_i64, to_json, vectors_from_row,
+    version_of,
 };
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Executor, PgPool};
+use sqlx::{Executor, PgPool, Row};
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "initial", include_str!("../migrations/0001_initial.sql")),
@@ -33,6 +34,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0002_revisions_and_claims.sql"),
     ),
     (3, "memory", include_str!("../migrations/0003_memory.sql")),
+    (
+        4,
+        "rule_vectors",
+        include_str!("../migrations/0004_rule_vectors.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serializes migrations across processes.
@@ -647,6 +653,78 @@ impl ClaimStore for PgStore {
             .execute(&self.pool)
             .await
             .map_err(backend)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorStore for PgStore {
+    async fn get_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        wanted: &[(String, u64)],
+    ) -> StoreResult<Vec<StoredVectors>> {
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
+        let rows = sqlx::query(
+            "SELECT provision_id, provision_version, dimensions, examples, negatives FROM rule_vectors
+             WHERE caller_scope = $1 AND model_id = $2 AND provision_id = ANY($3)",
+        )
+        .bind(scope.as_str())
+        .bind(model_id)
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        let mut found = Vec::new();
+        for row in &rows {
+            let vectors = vectors_from_row(
+                row.text("provision_id")?,
+                row.int("provision_version")?,
+                row.int("dimensions")?,
+                &row.try_get::<Vec<u8>, _>("examples").map_err(backend)?,
+                &row.try_get::<Vec<u8>, _>("negatives").map_err(backend)?,
+            )?;
+            if wanted
+                .iter()
+                .any(|(id, v)| *id == vectors.provision_id && *v == vectors.version)
+            {
+                found.push(vectors);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        vectors: &StoredVectors,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let dimensions = vectors.vectors.examples.first().map_or(0, Vec::len);
+        sqlx::query(
+            "INSERT INTO rule_vectors (caller_scope, provision_id, model_id, provision_version, dimensions, examples, negatives, computed_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (caller_scope, provision_id, model_id) DO UPDATE SET
+                 provision_version = excluded.provision_version, dimensions = excluded.dimensions,
+                 examples = excluded.examples, negatives = excluded.negatives, computed_at = excluded.computed_at
+             WHERE rule_vectors.provision_version <= excluded.provision_version",
+        )
+        .bind(scope.as_str())
+        .bind(&vectors.provision_id)
+        .bind(model_id)
+        .bind(to_i64(vectors.version)?)
+        .bind(i64::try_from(dimensions).map_err(backend)?)
+        .bind(encode_vectors(&vectors.vectors.examples))
+        .bind(encode_vectors(&vectors.vectors.negatives))
+        .bind(now.as_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
         Ok(())
     }
 }

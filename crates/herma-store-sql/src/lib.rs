@@ -5,8 +5,11 @@ use herma_core::key::{KeyDigest, KeyId, Scopes};
 use herma_core::model::{
     EntityKind, HarnessKey, InjectionReceipt, OutcomeKind, RuleOutcomeRecord, WorkingEntity,
 };
+use herma_core::semantic::RuleVectors;
 use herma_core::{CallerScope, Timestamp};
-use herma_store::{Collection, Revisions, StoreError, StoreResult, StoredDoc};
+use herma_store::{
+    Collection, Revisions, StoreError, StoreResult, StoredDoc, StoredVectors, decode_vectors,
+};
 use serde_json::Value;
 use sqlx::Row;
 
@@ -187,4 +190,24 @@ pub fn rule_stats_from_rows(
         }
     }
     Ok(out)
+}
+
+/// A `rule_vectors` row's columns as [`StoredVectors`].
+pub fn vectors_from_row(
+    provision_id: String,
+    version: i64,
+    dimensions: i64,
+    examples: &[u8],
+    negatives: &[u8],
+) -> StoreResult<StoredVectors> {
+    let dimensions =
+        usize::try_from(dimensions).map_err(|_| corrupt("a negative vector dimension"))?;
+    Ok(StoredVectors {
+        provision_id,
+        version: to_u64(version)?,
+        vectors: RuleVectors {
+            examples: decode_vectors(examples, dimensions)?,
+            negatives: decode_vectors(negatives, dimensions)?,
+        },
+    })
 }

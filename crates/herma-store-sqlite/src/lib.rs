@@ -15,7 +15,7 @@ use herma_core::{CallerScope, Timestamp};
 use herma_store::{
     AppliedMigration, ClaimStore, Collection, DocumentStore, EntityObservation, EntityStore,
     ImportOutcome, ImportSummary, KeyStore, OutcomeStore, Page, ReceiptStore, Revisions, Store,
-    StoreError, StoreResult, StoredDoc,
+    StoreError, StoreResult, StoredDoc, StoredVectors, VectorStore, encode_vectors,
 };
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -23,7 +23,8 @@ use sqlx::{Executor, Row, SqlitePool};
 
 use herma_store_sql::{
     SqlRow, backend, claimed_ids, doc_from_row, entity_from_row, key_from_row, outcome_from_row,
-    receipt_from_row, revisions_from_rows, rule_stats_from_rows, to_i64, to_json, version_of,
+    receipt_from_row, revisions_from_rows, rule_stats_from_rows, to_i64, to_json, vectors_from_row,
+    version_of,
 };
 
 /// Embedded migrations, applied in order by [`SqliteStore::migrate`].
@@ -35,6 +36,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0002_revisions_and_claims.sql"),
     ),
     (3, "memory", include_str!("../migrations/0003_memory.sql")),
+    (
+        4,
+        "rule_vectors",
+        include_str!("../migrations/0004_rule_vectors.sql"),
+    ),
 ];
 
 /// Receipts per INSERT statement (5 parameters each, far below SQLite's limit).
@@ -659,6 +665,78 @@ impl ClaimStore for SqliteStore {
             .execute(&self.pool)
             .await
             .map_err(backend)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorStore for SqliteStore {
+    async fn get_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        wanted: &[(String, u64)],
+    ) -> StoreResult<Vec<StoredVectors>> {
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
+        let rows = sqlx::query(
+            "SELECT provision_id, provision_version, dimensions, examples, negatives FROM rule_vectors
+             WHERE caller_scope = ? AND model_id = ? AND provision_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(scope.as_str())
+        .bind(model_id)
+        .bind(to_json(&serde_json::json!(ids))?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        let mut found = Vec::new();
+        for row in &rows {
+            let vectors = vectors_from_row(
+                row.text("provision_id")?,
+                row.int("provision_version")?,
+                row.int("dimensions")?,
+                &row.try_get::<Vec<u8>, _>("examples").map_err(backend)?,
+                &row.try_get::<Vec<u8>, _>("negatives").map_err(backend)?,
+            )?;
+            if wanted
+                .iter()
+                .any(|(id, v)| *id == vectors.provision_id && *v == vectors.version)
+            {
+                found.push(vectors);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        vectors: &StoredVectors,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let dimensions = vectors.vectors.examples.first().map_or(0, Vec::len);
+        sqlx::query(
+            "INSERT INTO rule_vectors (caller_scope, provision_id, model_id, provision_version, dimensions, examples, negatives, computed_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (caller_scope, provision_id, model_id) DO UPDATE SET
+                 provision_version = excluded.provision_version, dimensions = excluded.dimensions,
+                 examples = excluded.examples, negatives = excluded.negatives, computed_at = excluded.computed_at
+             WHERE rule_vectors.provision_version <= excluded.provision_version",
+        )
+        .bind(scope.as_str())
+        .bind(&vectors.provision_id)
+        .bind(model_id)
+        .bind(to_i64(vectors.version)?)
+        .bind(i64::try_from(dimensions).map_err(backend)?)
+        .bind(encode_vectors(&vectors.vectors.examples))
+        .bind(encode_vectors(&vectors.vectors.negatives))
+        .bind(now.as_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
         Ok(())
     }
 }

@@ -47,6 +47,7 @@ macro_rules! store_conformance_tests {
             revisions_count_every_change_per_scope_and_collection,
             outcomes_answer_which_rules_fired_in_a_turn_and_how_often,
             h08_once_per_conversation_claims_have_one_winner,
+            semantic_vectors_are_kept_per_version_and_model,
         );
 
         #[test]
@@ -526,6 +527,8 @@ fn receipt(scope: &CallerScope, id: &str, created: i64) -> InjectionReceipt {
             tier: Tier::Keyword,
             trigger: "keyword:x".into(),
             applied: true,
+            score: None,
+            confidence: None,
         }],
         shimmed_context_refs: vec![],
         unresolved_context_refs: vec![],
@@ -1115,4 +1118,89 @@ pub fn run_isolation_property(
     if let Err(failure) = result {
         panic!("isolation property failed: {failure}");
     }
+}
+
+pub async fn semantic_vectors_are_kept_per_version_and_model(store: Arc<dyn Store>) {
+    use crate::StoredVectors;
+    use herma_core::semantic::RuleVectors;
+    let (a, b) = (fresh_scope(), fresh_scope());
+    let stored = |id: &str, version: u64, seed: f32| StoredVectors {
+        provision_id: id.to_owned(),
+        version,
+        vectors: RuleVectors {
+            examples: vec![vec![seed, -0.5, 0.25], vec![0.0, 1.0, f32::MIN_POSITIVE]],
+            negatives: if seed > 0.5 {
+                vec![vec![-seed, 0.5, 0.125]]
+            } else {
+                Vec::new()
+            },
+        },
+    };
+    let wanted = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+        pairs.iter().map(|(id, v)| ((*id).to_owned(), *v)).collect()
+    };
+    store
+        .put_vectors(&a, "model-x", &stored("deploy", 1, 0.75), at(1))
+        .await
+        .unwrap();
+    store
+        .put_vectors(&a, "model-x", &stored("other", 3, 0.1), at(1))
+        .await
+        .unwrap();
+    let got = store
+        .get_vectors(
+            &a,
+            "model-x",
+            &wanted(&[("deploy", 1), ("other", 3), ("absent", 1)]),
+        )
+        .await
+        .unwrap();
+    let mut got_ids: Vec<_> = got.iter().map(|v| v.provision_id.as_str()).collect();
+    got_ids.sort();
+    assert_eq!(got_ids, ["deploy", "other"]);
+    let deploy = got.iter().find(|v| v.provision_id == "deploy").unwrap();
+    assert_eq!(
+        deploy,
+        &stored("deploy", 1, 0.75),
+        "vectors round-trip bit for bit"
+    );
+    let other = got.iter().find(|v| v.provision_id == "other").unwrap();
+    assert!(other.vectors.negatives.is_empty());
+
+    // Another version, another model, another caller: nothing.
+    for (scope, model, pairs) in [
+        (&a, "model-x", wanted(&[("deploy", 2)])),
+        (&a, "model-y", wanted(&[("deploy", 1)])),
+        (&b, "model-x", wanted(&[("deploy", 1)])),
+    ] {
+        assert!(
+            store
+                .get_vectors(scope, model, &pairs)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    // A newer version replaces the older; an older one never replaces a newer.
+    store
+        .put_vectors(&a, "model-x", &stored("deploy", 2, 0.9), at(2))
+        .await
+        .unwrap();
+    store
+        .put_vectors(&a, "model-x", &stored("deploy", 1, 0.2), at(3))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_vectors(&a, "model-x", &wanted(&[("deploy", 1)]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let now = store
+        .get_vectors(&a, "model-x", &wanted(&[("deploy", 2)]))
+        .await
+        .unwrap();
+    assert_eq!(now, vec![stored("deploy", 2, 0.9)]);
 }

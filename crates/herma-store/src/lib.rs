@@ -2,7 +2,7 @@
 //!
 //! Layout: the traits ([`KeyStore`], [`DocumentStore`] — provisions and context entries share
 //! one versioned-document contract — [`ReceiptStore`], [`EntityStore`], [`OutcomeStore`], and
-//! [`Store`] which is all of them), typed facades over documents ([`Provisions`],
+//! [`ClaimStore`], [`VectorStore`] — semantic example vectors — and [`Store`] which is all of them), typed facades over documents ([`Provisions`],
 //! [`ContextEntries`]), the in-memory implementation ([`MemoryStore`]) and, behind the
 //! `conformance` feature, the one suite every backend must pass.
 //!
@@ -24,6 +24,7 @@ use herma_core::Timestamp;
 use herma_core::key::KeyId;
 use herma_core::memory::RuleStats;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
+use herma_core::semantic::RuleVectors;
 
 pub use documents::{
     Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
@@ -132,6 +133,69 @@ pub trait ClaimStore: Send + Sync {
     ) -> StoreResult<()>;
 }
 
+/// The example and negative vectors of one semantic rule, for one provision version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredVectors {
+    pub provision_id: String,
+    pub version: u64,
+    pub vectors: RuleVectors,
+}
+
+/// Semantic triggers' example vectors, computed once per provision version and model and kept
+/// with the model's identity, so a restart does not run the model again and a model change is
+/// noticed (its vectors are simply not found).
+#[async_trait]
+pub trait VectorStore: Send + Sync {
+    /// The vectors stored for `model_id` for each `(provision id, version)` asked for; pairs
+    /// with none (another version, another model) are left out.
+    async fn get_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        wanted: &[(String, u64)],
+    ) -> StoreResult<Vec<StoredVectors>>;
+
+    /// Stores vectors, replacing those of an older version of the same provision and model
+    /// (a newer version already stored is kept).
+    async fn put_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        vectors: &StoredVectors,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+}
+
+/// Vectors as stored: each value as 4 little-endian bytes, one vector after another.
+pub fn encode_vectors(vectors: &[Vec<f32>]) -> Vec<u8> {
+    vectors
+        .iter()
+        .flat_map(|v| v.iter().flat_map(|x| x.to_le_bytes()))
+        .collect()
+}
+
+/// The inverse of [`encode_vectors`] for vectors of `dimensions` values.
+pub fn decode_vectors(bytes: &[u8], dimensions: usize) -> StoreResult<Vec<Vec<f32>>> {
+    let width = dimensions.saturating_mul(4);
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    if width == 0 || !bytes.len().is_multiple_of(width) {
+        return Err(StoreError::Corrupt(format!(
+            "a vector blob of {} bytes does not hold {dimensions}-value vectors",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(width)
+        .map(|v| {
+            v.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        })
+        .collect())
+}
+
 /// A migration applied by [`Store::migrate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppliedMigration {
@@ -142,7 +206,7 @@ pub struct AppliedMigration {
 /// Everything Herma stores.
 #[async_trait]
 pub trait Store:
-    KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore + ClaimStore
+    KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore + ClaimStore + VectorStore
 {
     /// `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

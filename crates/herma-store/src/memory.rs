@@ -18,7 +18,7 @@ use crate::documents::{
 };
 use crate::{
     AppliedMigration, ClaimStore, EntityObservation, EntityStore, KeyStore, OutcomeStore,
-    ReceiptStore, Store, StoreError, StoreResult,
+    ReceiptStore, Store, StoreError, StoreResult, StoredVectors, VectorStore,
 };
 
 type EntityKey = (CallerScope, String, &'static str, String);
@@ -33,6 +33,7 @@ struct Inner {
     evictions: HashMap<CallerScope, u64>,
     revisions: HashMap<(Collection, CallerScope), u64>,
     claims: std::collections::HashSet<(CallerScope, String, String)>,
+    vectors: HashMap<(CallerScope, String, String), StoredVectors>,
 }
 
 impl Inner {
@@ -525,6 +526,50 @@ impl ClaimStore for MemoryStore {
             inner
                 .claims
                 .remove(&(scope.clone(), conversation_id.to_owned(), id.clone()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorStore for MemoryStore {
+    async fn get_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        wanted: &[(String, u64)],
+    ) -> StoreResult<Vec<StoredVectors>> {
+        let inner = self.lock()?;
+        Ok(wanted
+            .iter()
+            .filter_map(|(id, version)| {
+                inner
+                    .vectors
+                    .get(&(scope.clone(), id.clone(), model_id.to_owned()))
+                    .filter(|v| v.version == *version)
+                    .cloned()
+            })
+            .collect())
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        vectors: &StoredVectors,
+        _now: Timestamp,
+    ) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        let slot = inner
+            .vectors
+            .entry((
+                scope.clone(),
+                vectors.provision_id.clone(),
+                model_id.to_owned(),
+            ))
+            .or_insert_with(|| vectors.clone());
+        if slot.version <= vectors.version {
+            *slot = vectors.clone();
         }
         Ok(())
     }

@@ -17,7 +17,16 @@ use herma_store::{MemoryStore, Store};
 use herma_store_sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
+pub mod mock_models;
 pub mod mock_upstream;
+
+/// The embedding model directory the test command provides (`HERMA_EMBED_MODEL_DIR`).
+#[allow(clippy::disallowed_methods)] // the test command's environment, not a Herma setting
+pub fn embed_model_dir() -> String {
+    std::env::var("HERMA_EMBED_MODEL_DIR").expect(
+        "HERMA_EMBED_MODEL_DIR must name the all-MiniLM-L6-v2 directory: run the tests with scripts/test",
+    )
+}
 
 pub use herma_store_postgres::testing::{fresh_schema_name, test_database_url};
 
@@ -83,13 +92,11 @@ pub async fn spawn_app_on(store: Arc<dyn Store>, overrides: &[(&str, &str)]) -> 
     let clock = ManualClock::at(1_796_000_000_000);
     let settings = settings(overrides);
     let upstream = herma_app::http_upstream(&settings).expect("http client");
-    let app = Arc::new(App::with_parts(
-        store,
-        settings,
-        clock.clone(),
-        Arc::new(OsRandom),
-        upstream,
-    ));
+    let tiers = herma_app::tiers::Tiers::open(&settings.tiers).await;
+    let app = Arc::new(
+        App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream)
+            .with_tiers(tiers),
+    );
 
     app.load_starters().await.expect("starters");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

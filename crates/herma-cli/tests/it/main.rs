@@ -585,3 +585,130 @@ async fn logs_carry_request_ids_and_never_keys_or_bodies() {
         "the request's span names its route"
     );
 }
+
+/// The semantic tier as a new user meets it: check the model, add a rule with three examples and
+/// one negative, see a paraphrase fire it in a dry run with its score, then calibrate it.
+#[tokio::test]
+async fn a_semantic_rule_fires_on_a_paraphrase_in_a_dry_run_and_rules_eval_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = herma_test_support::embed_model_dir();
+    let env = [("HERMA_EMBED_MODEL_DIR", model.as_str())];
+
+    let missing = run(dir.path(), &["models", "check"], &[]);
+    assert_eq!(missing.status.code(), Some(1), "{}", stdout(&missing));
+    assert!(stdout(&missing).contains("embedding model: not configured"));
+    let checked = run(dir.path(), &["models", "check"], &env);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        stdout(&checked),
+        stderr(&checked)
+    );
+    let report = stdout(&checked);
+    assert!(report.contains("embedding model: ok"), "{report}");
+    assert!(report.contains("dimensions   384"), "{report}");
+    assert!(report.contains("classifier: not configured"), "{report}");
+
+    let key = issue_key(dir.path(), &env);
+    let secret = key["key"].as_str().unwrap();
+    let key_id = key["key_id"].as_str().unwrap();
+    let server = Server::start(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{}{path}", server.base))
+            .bearer_auth(secret)
+            .header("X-Herma-Harness", "claude-code")
+            .json(&body)
+            .send()
+    };
+    let created = post("/v1/provisions", json!({
+        "id": "deploy", "action": "respond_directly", "response": {"text": "Deploys go through the release train."},
+        "triggers": {"semantic": {
+            "examples": ["deploy to production", "push the new build live", "release the service to prod"],
+            "negatives": ["roll back the last production deployment"]
+        }}
+    }))
+    .await
+    .unwrap();
+    assert_eq!(created.status(), 201);
+    let dry: Value = post("/v1/dry-run", json!({"protocol": "messages", "body": {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "publish this version for our customers"}]}}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(dry["decision"], "respond_directly", "{dry:#}");
+    assert_eq!(dry["tiers"]["semantic"][0]["provision_id"], "deploy");
+    assert!(dry["tiers"]["semantic"][0]["score"].as_f64().unwrap() >= 0.30);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    let labels = dir.path().join("labels.jsonl");
+    std::fs::write(
+        &labels,
+        [
+            r#"{"text": "publish this version for our customers", "expect": ["deploy"]}"#,
+            r#"{"text": "deploy the api to production", "expect": ["deploy"]}"#,
+            r#"{"text": "revert the most recent production deploy", "expect": []}"#,
+            r#"{"text": "what's the weather like in Lisbon tomorrow"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let scope = format!("key:{key_id}");
+    let eval = run(
+        dir.path(),
+        &[
+            "rules",
+            "eval",
+            "labels.jsonl",
+            "--caller",
+            &scope,
+            "--json",
+        ],
+        &env,
+    );
+    assert!(eval.status.success(), "{}", stderr(&eval));
+    let report: Value = serde_json::from_str(&stdout(&eval)).unwrap();
+    assert_eq!(report["examples"], 4);
+    assert_eq!(report["exact"], 4, "{report:#}");
+    let rule = &report["rules"][0];
+    assert_eq!(rule["provision_id"], "deploy");
+    assert_eq!(
+        (
+            rule["true_positives"].clone(),
+            rule["false_positives"].clone()
+        ),
+        (json!(2), json!(0))
+    );
+    assert_eq!(rule["precision"], 1.0);
+    assert_eq!(rule["recall"], 1.0);
+    let (lowest, highest) = (
+        rule["lowest_expected_score"].as_f64().unwrap(),
+        rule["highest_other_score"].as_f64().unwrap(),
+    );
+    assert!((rule["margin"].as_f64().unwrap() - (lowest - highest)).abs() < 1e-6);
+
+    let table = run(
+        dir.path(),
+        &["rules", "eval", "labels.jsonl", "--caller", &scope],
+        &env,
+    );
+    assert!(table.status.success());
+    assert!(
+        stdout(&table).contains("4 examples, 4 exactly as labelled"),
+        "{}",
+        stdout(&table)
+    );
+
+    // A label naming no rule is refused with where it is.
+    std::fs::write(&labels, r#"{"text": "x", "expect": ["dpeloy"]}"#).unwrap();
+    let typo = run(
+        dir.path(),
+        &["rules", "eval", "labels.jsonl", "--caller", &scope],
+        &env,
+    );
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(stderr(&typo).contains("/0/expect/0"), "{}", stderr(&typo));
+}

@@ -13,7 +13,8 @@ pub use entity::{EntityKind, WorkingEntity};
 pub use harness_key::HarnessKey;
 pub use outcome::{OutcomeKind, RuleOutcomeRecord};
 pub use provision::{
-    Action, DirectResponse, MAX_CONTEXT_REFS, Provision, ProvisionSpec, TriggerMode, Triggers,
+    Action, DirectResponse, FailurePolicy, MAX_CONTEXT_REFS, MicromodelTrigger, Provision,
+    ProvisionSpec, SemanticTrigger, TriggerMode, Triggers, Unit,
 };
 pub use receipt::{
     InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, Tier, Timings,

@@ -20,6 +20,107 @@ pub const MAX_TOOL_CHARS: usize = 128;
 pub const MAX_CONTEXT_REFS: usize = 32;
 pub const MAX_RESPONSE_CHARS: usize = 32 * 1024;
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+pub const MAX_SEMANTIC_EXAMPLES: usize = 32;
+pub const MAX_SEMANTIC_NEGATIVES: usize = 32;
+pub const MAX_EXAMPLE_CHARS: usize = 500;
+/// Cosine similarity a request must reach with one of a rule's examples. Calibrated for
+/// all-MiniLM-L6-v2 on short prompts: paraphrases mostly score above it, unrelated text below.
+pub const DEFAULT_SEMANTIC_THRESHOLD: f32 = 0.30;
+/// How much closer to an example than to any negative a request must be.
+pub const DEFAULT_SEMANTIC_MARGIN: f32 = 0.05;
+pub const MAX_MICROMODEL_QUESTION_CHARS: usize = 1000;
+pub const MAX_MICROMODEL_MODEL_CHARS: usize = 200;
+pub const DEFAULT_MIN_CONFIDENCE: f32 = 0.5;
+
+/// A number in [0, 1] (a similarity, a margin or a confidence). Validated finite, so equality is
+/// an equivalence.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct Unit(pub f32);
+
+impl Eq for Unit {}
+
+impl Unit {
+    pub fn get(self) -> f32 {
+        self.0
+    }
+
+    fn is_valid(self) -> bool {
+        self.0.is_finite() && (0.0..=1.0).contains(&self.0)
+    }
+}
+
+/// Tier 2: the request's meaning, compared with examples by sentence embeddings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SemanticTrigger {
+    /// Prompts that should fire the rule, as a user would phrase them.
+    #[cfg_attr(feature = "openapi", schema(example = json!(["ship the release to production", "push this build live"])))]
+    pub examples: Vec<String>,
+    /// Prompts that must not fire it although they are close ("roll back the last deploy").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(example = json!(["roll back the last production deployment"])))]
+    pub negatives: Vec<String>,
+    /// Cosine similarity the best example must reach (default 0.30).
+    #[serde(default = "default_threshold")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f32, example = 0.3))]
+    pub threshold: Unit,
+    /// How much the best example must beat the best negative by (default 0.05).
+    #[serde(default = "default_margin")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f32, example = 0.05))]
+    pub margin: Unit,
+}
+
+fn default_threshold() -> Unit {
+    Unit(DEFAULT_SEMANTIC_THRESHOLD)
+}
+
+fn default_margin() -> Unit {
+    Unit(DEFAULT_SEMANTIC_MARGIN)
+}
+
+fn default_min_confidence() -> Unit {
+    Unit(DEFAULT_MIN_CONFIDENCE)
+}
+
+/// What a micromodel rule does when its classifier could not answer (timeout, rate limit,
+/// unreachable). A malformed answer is not a failure: it never activates anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// The rule does not fire.
+    #[default]
+    Skip,
+    /// The rule fires as if the classifier had said yes (`shim_context` rules only: adding
+    /// context is harmless; a direct answer never comes from a failed classifier).
+    Fallback,
+}
+
+/// Tier 3: a small model answers a yes/no question about the request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MicromodelTrigger {
+    /// The yes/no question the classifier answers about the latest user turn.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "Is the user asking to change production infrastructure?")
+    )]
+    pub question: String,
+    /// The classifier's confidence must reach this (default 0.5).
+    #[serde(default = "default_min_confidence")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f32, example = 0.7))]
+    pub min_confidence: Unit,
+    /// The classifier model to ask; default the operator's `HERMA_MICROMODEL_MODEL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "qwen2.5:0.5b"))]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+}
 
 /// What a provision does when it fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -65,14 +166,25 @@ pub struct Triggers {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(example = json!(["Bash"])))]
     pub tools: Vec<String>,
+    /// Tier 2: meaning, by examples (needs an embedding model; see `herma models check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<SemanticTrigger>,
+    /// Tier 3: a classifier's yes/no (needs `HERMA_MICROMODEL_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micromodel: Option<MicromodelTrigger>,
 }
 
 impl Triggers {
     pub fn is_empty(&self) -> bool {
-        self.keywords.is_empty()
+        !self.has_tier1() && self.semantic.is_none() && self.micromodel.is_none()
+    }
+
+    /// Whether any tier-1 trigger (keywords, regex, paths, tools) is configured.
+    pub fn has_tier1(&self) -> bool {
+        !(self.keywords.is_empty()
             && self.regex.is_empty()
             && self.paths.is_empty()
-            && self.tools.is_empty()
+            && self.tools.is_empty())
     }
 
     fn validate(&self, v: &mut Violations) {
@@ -109,6 +221,70 @@ impl Triggers {
             }
         }
         check_string_list(v, "/triggers/tools", &self.tools, MAX_TOOLS, MAX_TOOL_CHARS);
+        if let Some(semantic) = &self.semantic {
+            v.check(
+                !semantic.examples.is_empty(),
+                "/triggers/semantic/examples",
+                "at least one example is required",
+            );
+            check_string_list(
+                v,
+                "/triggers/semantic/examples",
+                &semantic.examples,
+                MAX_SEMANTIC_EXAMPLES,
+                MAX_EXAMPLE_CHARS,
+            );
+            check_string_list(
+                v,
+                "/triggers/semantic/negatives",
+                &semantic.negatives,
+                MAX_SEMANTIC_NEGATIVES,
+                MAX_EXAMPLE_CHARS,
+            );
+            for (i, negative) in semantic.negatives.iter().enumerate() {
+                if semantic.examples.contains(negative) {
+                    v.push(
+                        format!("/triggers/semantic/negatives/{i}"),
+                        "is also an example",
+                    );
+                }
+            }
+            for (name, value) in [
+                ("threshold", semantic.threshold),
+                ("margin", semantic.margin),
+            ] {
+                v.check(
+                    value.is_valid(),
+                    format!("/triggers/semantic/{name}"),
+                    "must be a number from 0 to 1",
+                );
+            }
+        }
+        if let Some(micro) = &self.micromodel {
+            let question = micro.question.trim();
+            v.check(
+                !question.is_empty(),
+                "/triggers/micromodel/question",
+                "must not be empty",
+            );
+            v.check(
+                micro.question.chars().count() <= MAX_MICROMODEL_QUESTION_CHARS,
+                "/triggers/micromodel/question",
+                format!("must be at most {MAX_MICROMODEL_QUESTION_CHARS} characters"),
+            );
+            v.check(
+                micro.min_confidence.is_valid(),
+                "/triggers/micromodel/min_confidence",
+                "must be a number from 0 to 1",
+            );
+            if let Some(model) = &micro.model {
+                v.check(
+                    !model.trim().is_empty() && model.chars().count() <= MAX_MICROMODEL_MODEL_CHARS,
+                    "/triggers/micromodel/model",
+                    format!("must be 1 to {MAX_MICROMODEL_MODEL_CHARS} characters"),
+                );
+            }
+        }
     }
 }
 
@@ -190,6 +366,15 @@ fn default_true() -> bool {
 impl ProvisionSpec {
     /// Checks every field, reporting all violations at once.
     pub fn validate(&self) -> Result<(), crate::problem::Problem> {
+        // H03: a contributor-tier classifier is refused outright, before anything else.
+        if let Some(model) = self
+            .triggers
+            .micromodel
+            .as_ref()
+            .and_then(|m| m.model.as_ref())
+        {
+            crate::contributor::refuse_contributor_model(model, "/triggers/micromodel/model")?;
+        }
         let mut v = Violations::default();
         if let Some(problem) = id_problem(&self.id) {
             v.push("/id", problem);
@@ -202,7 +387,7 @@ impl ProvisionSpec {
         v.check(
             !self.triggers.is_empty(),
             "/triggers",
-            "at least one trigger is required (keywords, regex, paths or tools)",
+            "at least one trigger is required (keywords, regex, paths, tools, semantic or micromodel)",
         );
         self.triggers.validate(&mut v);
         check_string_list(
@@ -231,6 +416,14 @@ impl ProvisionSpec {
                 );
             }
             Action::RespondDirectly => {
+                v.check(
+                    self.triggers
+                        .micromodel
+                        .as_ref()
+                        .is_none_or(|m| m.on_failure == FailurePolicy::Skip),
+                    "/triggers/micromodel/on_failure",
+                    "a respond_directly rule never answers when its classifier failed: use `skip`",
+                );
                 v.check(
                     self.context_refs.is_empty(),
                     "/context_refs",

@@ -34,7 +34,7 @@ pub enum ReceiptAction {
     RespondedDirectly,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MatchedRule {
@@ -51,6 +51,12 @@ pub struct MatchedRule {
     /// `once_per_conversation` rule applies once).
     #[serde(default)]
     pub applied: bool,
+    /// Tier 2: the best example's cosine similarity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    /// Tier 3: the classifier's confidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +176,8 @@ mod tests {
                 tier: Tier::Keyword,
                 trigger: "keyword:deploy".into(),
                 applied: true,
+                score: None,
+                confidence: None,
             }],
             shimmed_context_refs: vec![],
             unresolved_context_refs: vec![],

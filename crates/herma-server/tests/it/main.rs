@@ -18,6 +18,7 @@ mod public;
 mod records;
 mod retired;
 mod sdk;
+mod tiers;
 
 use herma_test_support::TestApp;
 use reqwest::{Method, StatusCode};

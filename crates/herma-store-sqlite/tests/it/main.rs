@@ -33,7 +33,7 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
-            ["initial", "revisions_and_claims", "memory"]
+            ["initial", "revisions_and_claims", "memory", "rule_vectors"]
         );
         let spec = herma_store::conformance::provision("p", "k");
         store

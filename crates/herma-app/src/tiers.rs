@@ -1,0 +1,511 @@
+//! Tiers 2 and 3 at run time: the configured embedding model and classifier, the example
+//! vectors of semantic rules, and one request's evaluation through all three tiers.
+//!
+//! Evaluation is [`Mode::Online`] on the proxy and [`Mode::Offline`] for dry runs, the public
+//! preview and `herma rules eval` (H16): offline, the classifier is never called and a remote
+//! embedding endpoint is never called; the in-process model still runs (it is not a provider).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herma_core::contributor::is_contributor_model;
+use herma_core::engine::{self, Needs};
+use herma_core::micromodel::{Classifier, ClassifierError, Outcome, classify};
+use herma_core::model::Tier;
+use herma_core::rules::{RuleMatch, RuleSet};
+use herma_core::semantic::{Embedder, ModelIdentity, RuleVectors, SemanticIndex, SemanticScore};
+use herma_core::settings::{EmbedSource, TierSettings};
+use herma_core::wire::Envelope;
+use herma_core::{CallerScope, Timestamp};
+use herma_embed::{LocalEmbedder, Options};
+use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
+use herma_store::{Store, StoredVectors};
+use serde::Serialize;
+
+/// Whether an evaluation may call remote models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The proxy: every configured tier runs.
+    Online,
+    /// Dry run, preview, `rules eval`: no classifier, no remote embedder.
+    Offline,
+}
+
+pub const OFFLINE_CLASSIFIER: &str = "offline evaluation never calls the classifier";
+pub const OFFLINE_EMBEDDER: &str = "offline evaluation never calls the remote embedding model";
+pub const NO_EMBEDDER: &str = "no embedding model is configured (HERMA_EMBED_MODEL_DIR)";
+pub const NO_CLASSIFIER: &str = "no classifier is configured (HERMA_MICROMODEL_URL)";
+pub const NO_TEXT: &str = "the request has no user text to compare";
+
+/// The configured models of tiers 2 and 3.
+#[derive(Clone, Default)]
+pub struct Tiers {
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// The in-process model, when that is the embedder (for `herma models check`).
+    pub local: Option<Arc<LocalEmbedder>>,
+    pub classifier: Option<Arc<dyn Classifier>>,
+    pub classifier_timeout: Duration,
+    /// Configured models that could not be used, in words.
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Debug for Tiers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tiers")
+            .field("embedder", &self.embedder.as_ref().map(|e| e.identity()))
+            .field("classifier", &self.classifier.is_some())
+            .field("problems", &self.problems)
+            .finish()
+    }
+}
+
+impl Tiers {
+    /// Loads the in-process model or connects to the remote one, and prepares the classifier.
+    /// A model that cannot be used is left out and named in `problems` (and the log); Herma
+    /// still starts, and rules needing it never fire.
+    pub async fn open(settings: &TierSettings) -> Self {
+        let mut tiers = Tiers {
+            classifier_timeout: Duration::from_millis(settings.micromodel_timeout_ms),
+            ..Tiers::default()
+        };
+        let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
+        match &settings.embed {
+            None => {}
+            Some(EmbedSource::Local { dir }) => {
+                let options = Options {
+                    window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
+                    threads: usize::try_from(settings.embed_threads).unwrap_or(1),
+                    cache_entries: cache,
+                    ..Options::default()
+                };
+                let dir = PathBuf::from(dir);
+                let loaded =
+                    tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir, &options)).await;
+                match loaded {
+                    Ok(Ok(model)) => {
+                        let report = model.report();
+                        tracing::info!(
+                            model = %report.identity.id,
+                            dimensions = report.identity.dimensions,
+                            window_tokens = report.window_tokens,
+                            load_ms = report.load_time.as_millis() as u64,
+                            "embedding model loaded"
+                        );
+                        let model = Arc::new(model);
+                        tiers.embedder = Some(model.clone());
+                        tiers.local = Some(model);
+                    }
+                    Ok(Err(e)) => tiers.problem(format!("the embedding model did not load: {e}")),
+                    Err(e) => tiers.problem(format!("the embedding model did not load: {e}")),
+                }
+            }
+            Some(EmbedSource::Remote(remote)) => {
+                let timeout = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
+                match RemoteEmbedder::connect(remote, timeout, cache).await {
+                    Ok(embedder) => {
+                        tracing::info!(model = %embedder.identity().id, dimensions = embedder.identity().dimensions, "remote embedding model connected");
+                        tiers.embedder = Some(Arc::new(embedder));
+                    }
+                    Err(e) => tiers.problem(format!(
+                        "the remote embedding model at {} is not usable: {e}",
+                        remote.base
+                    )),
+                }
+            }
+        }
+        if let Some(remote) = &settings.micromodel {
+            match HttpClassifier::new(remote, tiers.classifier_timeout) {
+                Ok(classifier) => tiers.classifier = Some(Arc::new(classifier)),
+                Err(e) => tiers.problem(format!("the classifier client did not start: {e}")),
+            }
+        }
+        tiers
+    }
+
+    fn problem(&mut self, text: String) {
+        tracing::warn!("{text}");
+        self.problems.push(text);
+    }
+}
+
+/// A caller's semantic rules as vectors.
+#[derive(Clone, Debug, Default)]
+pub struct SemanticRules {
+    pub index: SemanticIndex,
+    pub model: Option<ModelIdentity>,
+    /// Semantic rules with no vectors, and why (dry runs show it).
+    pub missing: Vec<(usize, String)>,
+    /// Whether every semantic rule that could get vectors has them (an incomplete set is not
+    /// cached, so the next request tries again).
+    pub complete: bool,
+}
+
+/// Example vectors for every semantic rule of `rules`: read from the store for the current
+/// provision versions and model, computed and stored when missing — unless the model is remote
+/// and `mode` is offline.
+pub async fn semantic_rules(
+    store: &dyn Store,
+    embedder: Option<&Arc<dyn Embedder>>,
+    scope: &CallerScope,
+    rules: &RuleSet,
+    mode: Mode,
+    now: Timestamp,
+) -> SemanticRules {
+    let semantic: Vec<usize> = (0..rules.len())
+        .filter(|&r| rules.rule(r).provision.spec.triggers.semantic.is_some())
+        .collect();
+    let mut out = SemanticRules {
+        complete: true,
+        ..SemanticRules::default()
+    };
+    if semantic.is_empty() {
+        return out;
+    }
+    let Some(embedder) = embedder else {
+        out.missing = semantic.iter().map(|&r| (r, NO_EMBEDDER.into())).collect();
+        return out;
+    };
+    let identity = embedder.identity().clone();
+    let builtin = CallerScope::system_builtin();
+    let scope_of = |r: usize| {
+        if rules.rule(r).builtin {
+            &builtin
+        } else {
+            scope
+        }
+    };
+    let mut vectors: HashMap<usize, RuleVectors> = HashMap::new();
+    for owner in [scope, &builtin] {
+        let wanted: Vec<(String, u64)> = semantic
+            .iter()
+            .filter(|&&r| scope_of(r) == owner)
+            .map(|&r| {
+                let p = &rules.rule(r).provision;
+                (p.spec.id.clone(), p.version)
+            })
+            .collect();
+        match store.get_vectors(owner, &identity.id, &wanted).await {
+            Ok(found) => {
+                for stored in found {
+                    if let Some(&r) = semantic.iter().find(|&&r| {
+                        scope_of(r) == owner
+                            && rules.rule(r).provision.spec.id == stored.provision_id
+                    }) {
+                        vectors.insert(r, stored.vectors);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading stored example vectors failed"),
+        }
+        if owner == &builtin {
+            break;
+        }
+    }
+    let todo: Vec<usize> = semantic
+        .iter()
+        .copied()
+        .filter(|r| !vectors.contains_key(r))
+        .collect();
+    if !todo.is_empty() && identity.remote && mode == Mode::Offline {
+        out.complete = false;
+        out.missing
+            .extend(todo.iter().map(|&r| (r, OFFLINE_EMBEDDER.to_owned())));
+    } else if !todo.is_empty() {
+        let started = Instant::now();
+        if todo.len() > 1 {
+            tracing::info!(rules = todo.len(), model = %identity.id, "computing example vectors");
+        }
+        for (done, &r) in todo.iter().enumerate() {
+            let provision = &rules.rule(r).provision;
+            let Some(trigger) = &provision.spec.triggers.semantic else {
+                continue;
+            };
+            let texts: Vec<String> = trigger
+                .examples
+                .iter()
+                .chain(&trigger.negatives)
+                .cloned()
+                .collect();
+            match embedder.embed(&texts).await {
+                Ok(mut all) => {
+                    let negatives = all.split_off(trigger.examples.len().min(all.len()));
+                    let computed = RuleVectors {
+                        examples: all,
+                        negatives,
+                    };
+                    let stored = StoredVectors {
+                        provision_id: provision.spec.id.clone(),
+                        version: provision.version,
+                        vectors: computed.clone(),
+                    };
+                    if let Err(e) = store
+                        .put_vectors(scope_of(r), &identity.id, &stored, now)
+                        .await
+                    {
+                        tracing::warn!(provision = %provision.spec.id, error = %e, "storing example vectors failed");
+                    }
+                    vectors.insert(r, computed);
+                }
+                Err(e) => {
+                    out.complete = false;
+                    out.missing.push((r, e.to_string()));
+                }
+            }
+            if todo.len() >= 20 && (done + 1) % 20 == 0 {
+                tracing::info!(
+                    done = done + 1,
+                    of = todo.len(),
+                    "computing example vectors"
+                );
+            }
+        }
+        if todo.len() > 1 {
+            tracing::info!(
+                rules = todo.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "example vectors ready"
+            );
+        }
+    }
+    let triggers: Vec<_> = semantic
+        .iter()
+        .filter_map(|&r| {
+            let trigger = rules.rule(r).provision.spec.triggers.semantic.as_ref()?;
+            Some((r, trigger, vectors.get(&r)?))
+        })
+        .collect();
+    out.index = SemanticIndex::build(identity.dimensions, triggers);
+    out.model = Some(identity);
+    out
+}
+
+/// One rule's semantic score, for dry runs.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct SemanticView {
+    pub provision_id: String,
+    /// Best cosine similarity with an example.
+    pub score: f32,
+    /// That example.
+    pub example: String,
+    /// Best similarity with a negative, and that negative, when the rule has negatives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub negative_score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub negative: Option<String>,
+    pub threshold: f32,
+    pub margin: f32,
+    pub matched: bool,
+}
+
+/// What the classifier said about one rule, for dry runs.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct MicromodelView {
+    pub provision_id: String,
+    /// `apply=true confidence=0.910`, `malformed reply: …`, `failed: …`, `skipped: …`.
+    pub outcome: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    pub activated: bool,
+}
+
+/// A rule a tier did not evaluate.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct SkippedView {
+    pub provision_id: String,
+    #[schema(value_type = String, example = "semantic")]
+    pub tier: Tier,
+    pub reason: String,
+}
+
+/// How tiers 2 and 3 went for one request.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub struct Evaluation {
+    /// The embedding model tier 2 used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<String>,
+    pub semantic: Vec<SemanticView>,
+    pub micromodel: Vec<MicromodelView>,
+    pub skipped: Vec<SkippedView>,
+    /// Microseconds spent embedding the request (0 when tier 2 did not run).
+    pub embed_micros: u64,
+    /// Classifier calls made.
+    pub classifier_calls: u32,
+}
+
+/// Evaluates all three tiers for `envelope`: tier 1, then tier 2 for the rules it can still
+/// change, then the classifier for the rest (H06).
+pub async fn evaluate(
+    tiers: &Tiers,
+    rules: &RuleSet,
+    semantic: &SemanticRules,
+    envelope: &Envelope,
+    mode: Mode,
+) -> (Vec<RuleMatch>, Evaluation) {
+    let hits = rules.tier1(envelope);
+    let mut report = Evaluation::default();
+    let id = |r: usize| rules.rule(r).provision.spec.id.clone();
+    let skip = |report: &mut Evaluation, r: usize, tier: Tier, reason: &str| {
+        report.skipped.push(SkippedView {
+            provision_id: id(r),
+            tier,
+            reason: reason.to_owned(),
+        });
+    };
+    let Needs {
+        rules: wanted,
+        skipped,
+    } = engine::semantic_needs(rules, &hits);
+    for (r, why) in &skipped {
+        skip(&mut report, *r, Tier::Semantic, why);
+    }
+    let mut scores: Vec<SemanticScore> = Vec::new();
+    if !wanted.is_empty() {
+        let text = envelope.user_text.trim();
+        let no_vectors = |r: usize| semantic.missing.iter().find(|(m, _)| *m == r);
+        let blocked = match &tiers.embedder {
+            None => Some(NO_EMBEDDER),
+            Some(e) if e.identity().remote && mode == Mode::Offline => Some(OFFLINE_EMBEDDER),
+            Some(_) if text.is_empty() => Some(NO_TEXT),
+            Some(_) => None,
+        };
+        let (embedder, reason) = match (&tiers.embedder, blocked) {
+            (Some(e), None) => (Some(e), None),
+            (_, reason) => (None, reason),
+        };
+        if let Some(reason) = reason {
+            for &r in &wanted {
+                skip(&mut report, r, Tier::Semantic, reason);
+            }
+        } else if let Some(embedder) = embedder {
+            report.embedding_model = Some(embedder.identity().id.clone());
+            let started = Instant::now();
+            let vector = embedder.embed(&[text.to_owned()]).await;
+            report.embed_micros = started.elapsed().as_micros() as u64;
+            match vector.map(|mut v| v.pop()) {
+                Ok(Some(query)) => {
+                    scores = semantic.index.score(&query, |r| wanted.contains(&r));
+                    for &r in &wanted {
+                        if let Some((_, why)) = no_vectors(r) {
+                            skip(&mut report, r, Tier::Semantic, why);
+                        }
+                    }
+                }
+                Ok(None) => {
+                    for &r in &wanted {
+                        skip(
+                            &mut report,
+                            r,
+                            Tier::Semantic,
+                            "the embedding model returned nothing",
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "embedding the request failed");
+                    let why = e.to_string();
+                    for &r in &wanted {
+                        skip(&mut report, r, Tier::Semantic, &why);
+                    }
+                }
+            }
+        }
+    }
+    for s in &scores {
+        let trigger = rules.rule(s.rule).provision.spec.triggers.semantic.as_ref();
+        let text = |i: usize, negatives: bool| {
+            trigger
+                .and_then(|t| {
+                    if negatives {
+                        t.negatives.get(i)
+                    } else {
+                        t.examples.get(i)
+                    }
+                })
+                .cloned()
+                .unwrap_or_default()
+        };
+        report.semantic.push(SemanticView {
+            provision_id: id(s.rule),
+            score: s.score,
+            example: text(s.example, false),
+            negative_score: s.negative.map(|(_, n)| n),
+            negative: s.negative.map(|(i, _)| text(i, true)),
+            threshold: s.threshold,
+            margin: s.margin,
+            matched: s.matched,
+        });
+    }
+
+    let Needs {
+        rules: asked,
+        skipped,
+    } = engine::micromodel_needs(rules, &hits, &scores);
+    for (r, why) in &skipped {
+        skip(&mut report, *r, Tier::Micromodel, why);
+    }
+    let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
+    let mut calls = Vec::new();
+    for &r in &asked {
+        let spec = &rules.rule(r).provision.spec;
+        let Some(trigger) = &spec.triggers.micromodel else {
+            continue;
+        };
+        let refused = trigger.model.as_deref().filter(|m| is_contributor_model(m));
+        let outcome = match (refused, mode, &tiers.classifier) {
+            (Some(model), ..) => Some(Outcome::Refused(format!(
+                "model `{model}` is contributor tier"
+            ))),
+            (None, Mode::Offline, _) => Some(Outcome::Skipped(OFFLINE_CLASSIFIER.into())),
+            (None, Mode::Online, None) => Some(Outcome::Skipped(NO_CLASSIFIER.into())),
+            (None, Mode::Online, Some(_)) => None,
+        };
+        match outcome {
+            Some(o) => outcomes.push((r, o)),
+            None => calls.push(r),
+        }
+    }
+    if let Some(classifier) = &tiers.classifier
+        && !calls.is_empty()
+    {
+        report.classifier_calls = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+        let timeout = tiers.classifier_timeout;
+        let asks = calls.iter().map(|&r| {
+            let classifier: &dyn Classifier = classifier.as_ref();
+            let trigger = rules.rule(r).provision.spec.triggers.micromodel.as_ref();
+            async move {
+                let Some(trigger) = trigger else {
+                    return (r, Outcome::Skipped(String::new()));
+                };
+                let outcome = tokio::time::timeout(
+                    timeout,
+                    classify(classifier, trigger, &envelope.user_text),
+                )
+                .await
+                .unwrap_or(Outcome::Failed(ClassifierError::Timeout));
+                (r, outcome)
+            }
+        });
+        outcomes.extend(futures_util::future::join_all(asks).await);
+    }
+    for (r, outcome) in &outcomes {
+        let spec = &rules.rule(*r).provision.spec;
+        let activated = spec
+            .triggers
+            .micromodel
+            .as_ref()
+            .is_some_and(|t| outcome.activates(t, spec.action));
+        if let Outcome::Failed(e) = outcome {
+            tracing::warn!(provision = %spec.id, error = %e, "classifier call failed");
+        }
+        report.micromodel.push(MicromodelView {
+            provision_id: id(*r),
+            outcome: outcome.label(),
+            confidence: outcome.confidence(),
+            activated,
+        });
+    }
+    let matches = engine::resolve(rules, &hits, &scores, &outcomes);
+    (matches, report)
+}

