@@ -24,6 +24,9 @@ const ADDED_BUCKETS: [f64; 12] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
 ];
 
+/// Classifier outcomes, for the `outcome` label.
+pub const CLASSIFIER_OUTCOMES: [&str; 5] = ["decided", "malformed", "failed", "refused", "skipped"];
+
 /// What a request did, for the `action` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RequestAction {
@@ -96,17 +99,22 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let (lead, set) = if labels.is_empty() {
+            (String::new(), String::new())
+        } else {
+            (format!("{labels},"), format!("{{{labels}}}"))
+        };
         let mut cumulative = 0;
         for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
             cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{lead}le=\"{bound}\"}} {cumulative}");
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_bucket{{{lead}le=\"+Inf\"}} {count}");
         #[allow(clippy::cast_precision_loss)]
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+        let _ = writeln!(out, "{name}_sum{set} {sum}");
+        let _ = writeln!(out, "{name}_count{set} {count}");
     }
 }
 
@@ -125,11 +133,26 @@ struct LatencyKey {
 }
 
 /// The registry.
-#[derive(Default)]
 pub struct Metrics {
     requests: RwLock<HashMap<CountKey, Arc<AtomicU64>>>,
     latency: RwLock<HashMap<LatencyKey, Arc<Histogram>>>,
     added: RwLock<HashMap<(&'static str, &'static str), Arc<Histogram>>>,
+    /// Tier 2: time embedding a request (only requests that needed it).
+    embeds: Histogram,
+    /// Tier 3: classifier outcomes, by `CLASSIFIER_OUTCOMES` index.
+    classifier: [AtomicU64; 5],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: RwLock::default(),
+            latency: RwLock::default(),
+            added: RwLock::default(),
+            embeds: Histogram::new(&LATENCY_BUCKETS),
+            classifier: Default::default(),
+        }
+    }
 }
 
 /// Looks `key` up under the read lock; inserts under the write lock only the first time.
@@ -208,6 +231,18 @@ impl Metrics {
         }
     }
 
+    /// One request's tier-2 embedding time and tier-3 outcomes.
+    pub fn record_tiers(&self, evaluation: &crate::tiers::Evaluation) {
+        if evaluation.embedding_model.is_some() {
+            self.embeds.observe(evaluation.embed_micros);
+        }
+        for m in &evaluation.micromodel {
+            if let Some(i) = CLASSIFIER_OUTCOMES.iter().position(|k| *k == m.result) {
+                self.classifier[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn render_series(&self, out: &mut String) {
         out.push_str("# HELP herma_http_requests_total Requests by route template, method, action and status.\n# TYPE herma_http_requests_total counter\n");
         if let Ok(map) = self.requests.read() {
@@ -242,6 +277,16 @@ impl Metrics {
                 let labels = format!("protocol=\"{protocol}\",action=\"{action}\"");
                 h.render(out, "herma_added_latency_seconds", &labels);
             }
+        }
+        out.push_str("# HELP herma_semantic_embed_seconds Time embedding a request's latest user turn for semantic rules (cache hits included; requests tier 1 decided are not embedded).\n# TYPE herma_semantic_embed_seconds histogram\n");
+        self.embeds.render(out, "herma_semantic_embed_seconds", "");
+        out.push_str("# HELP herma_classifier_outcomes_total Micromodel rules by what came of the classifier: decided, malformed, failed (timeout, 429, error), refused (contributor tier), skipped (offline, not configured).\n# TYPE herma_classifier_outcomes_total counter\n");
+        for (name, count) in CLASSIFIER_OUTCOMES.iter().zip(&self.classifier) {
+            let _ = writeln!(
+                out,
+                "herma_classifier_outcomes_total{{outcome=\"{name}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
         }
     }
 }

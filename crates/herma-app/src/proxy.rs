@@ -194,6 +194,7 @@ impl App {
         };
         let (all, evaluation) =
             crate::tiers::evaluate(&self.tiers, rules, &snapshot.semantic, envelope, mode).await;
+        self.metrics.record_tiers(&evaluation);
         let shims_possible = can_forward && envelope.insertion.is_some();
         let mut remaining: Vec<RuleMatch> = all
             .iter()

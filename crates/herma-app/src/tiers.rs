@@ -305,6 +305,8 @@ pub struct MicromodelView {
     pub provision_id: String,
     /// `apply=true confidence=0.910`, `malformed reply: …`, `failed: …`, `skipped: …`.
     pub outcome: String,
+    /// `decided`, `malformed`, `failed`, `refused` or `skipped`.
+    pub result: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
     pub activated: bool,
@@ -502,10 +504,194 @@ pub async fn evaluate(
         report.micromodel.push(MicromodelView {
             provision_id: id(*r),
             outcome: outcome.label(),
+            result: outcome.kind(),
             confidence: outcome.confidence(),
             activated,
         });
     }
     let matches = engine::resolve(rules, &hits, &scores, &outcomes);
     (matches, report)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use herma_core::model::{Provision, ProvisionSpec};
+    use herma_core::semantic::EmbedError;
+    use herma_core::wire::{HeaderFacts, Protocol};
+    use herma_store::{DocumentStoreExt, MemoryStore, VectorStore};
+
+    use super::*;
+
+    /// Every text is the same unit vector; calls are counted.
+    struct Counting {
+        identity: ModelIdentity,
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Embedder for Counting {
+        fn identity(&self) -> &ModelIdentity {
+            &self.identity
+        }
+
+        async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(texts.iter().map(|_| vec![1.0, 0.0, 0.0]).collect())
+        }
+    }
+
+    fn envelope(text: &str) -> Envelope {
+        let body =
+            serde_json::json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+        Envelope::from_request(
+            Protocol::ChatCompletions,
+            &serde_json::to_vec(&body).unwrap(),
+            &HeaderFacts::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_tier_1_decides_pays_nothing_for_tier_2() {
+        let store = MemoryStore::new();
+        let scope = CallerScope::parse("key:0123456789abcdef").unwrap();
+        let specs = [
+            serde_json::json!({"id": "answer", "action": "respond_directly", "priority": 10, "response": {"text": "no"}, "triggers": {"keywords": ["deploy"]}}),
+            serde_json::json!({"id": "either", "action": "shim_context", "context_refs": ["c"], "triggers": {"keywords": ["deploy"], "semantic": {"examples": ["ship it"]}}}),
+            serde_json::json!({"id": "lower", "action": "shim_context", "priority": -5, "context_refs": ["c"], "triggers": {"semantic": {"examples": ["ship it"]}}}),
+        ];
+        for spec in specs {
+            let spec: ProvisionSpec = serde_json::from_value(spec).unwrap();
+            store
+                .provisions()
+                .create(&scope, &spec, Timestamp::from_millis(1))
+                .await
+                .unwrap();
+        }
+        let provisions: Vec<Provision> = store.provisions().list_all(&scope).await.unwrap();
+        let rules = RuleSet::compile(provisions.into_iter().map(|p| (Arc::new(p), false)));
+        let counting = Arc::new(Counting {
+            identity: ModelIdentity {
+                id: "test:3".into(),
+                dimensions: 3,
+                remote: false,
+            },
+            calls: AtomicUsize::new(0),
+        });
+        let embedder: Arc<dyn Embedder> = counting.clone();
+        let tiers = Tiers {
+            embedder: Some(embedder.clone()),
+            ..Tiers::default()
+        };
+        let semantic = semantic_rules(
+            &store,
+            Some(&embedder),
+            &scope,
+            &rules,
+            Mode::Online,
+            Timestamp::from_millis(2),
+        )
+        .await;
+        assert!(semantic.complete);
+        assert_eq!(
+            semantic.index.len(),
+            2,
+            "one example for each semantic rule"
+        );
+        counting.calls.store(0, Ordering::SeqCst);
+
+        // Tier 1 fires `answer` (a direct answer) and `either`: nothing is embedded.
+        let (matches, report) = evaluate(
+            &tiers,
+            &rules,
+            &semantic,
+            &envelope("deploy now"),
+            Mode::Online,
+        )
+        .await;
+        assert_eq!(counting.calls.load(Ordering::SeqCst), 0);
+        assert_eq!(report.embed_micros, 0);
+        let fired: Vec<&str> = matches
+            .iter()
+            .map(|m| rules.rule(m.rule).provision.spec.id.as_str())
+            .collect();
+        assert_eq!(fired, ["answer", "either"]);
+        let skipped: Vec<(&str, &str)> = report
+            .skipped
+            .iter()
+            .map(|s| (s.provision_id.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                ("either", engine::FIRED_EARLIER),
+                ("lower", engine::OUTRANKED)
+            ]
+        );
+
+        // Without a tier-1 decision the request is embedded once, whatever the rule count.
+        let (matches, report) =
+            evaluate(&tiers, &rules, &semantic, &envelope("hello"), Mode::Online).await;
+        assert_eq!(counting.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(report.semantic.len(), 2);
+        assert!(matches.iter().all(|m| m.tier == Tier::Semantic));
+
+        // Stored vectors are reused: a second index costs no embedding.
+        let again = semantic_rules(
+            &store,
+            Some(&embedder),
+            &scope,
+            &rules,
+            Mode::Online,
+            Timestamp::from_millis(3),
+        )
+        .await;
+        assert_eq!(counting.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(again.index.len(), 2);
+
+        // Another model (another identity): the stored vectors are not used; both rules'
+        // examples are embedded again and stored under the new identity.
+        let other = Arc::new(Counting {
+            identity: ModelIdentity {
+                id: "test:3-other".into(),
+                dimensions: 3,
+                remote: false,
+            },
+            calls: AtomicUsize::new(0),
+        });
+        let other_embedder: Arc<dyn Embedder> = other.clone();
+        let recomputed = semantic_rules(
+            &store,
+            Some(&other_embedder),
+            &scope,
+            &rules,
+            Mode::Online,
+            Timestamp::from_millis(4),
+        )
+        .await;
+        assert_eq!(other.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(recomputed.model.unwrap().id, "test:3-other");
+        let wanted = [("either".to_owned(), 1), ("lower".to_owned(), 1)];
+        assert_eq!(
+            store
+                .get_vectors(&scope, "test:3-other", &wanted)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            store
+                .get_vectors(&scope, "test:3", &wanted)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 }

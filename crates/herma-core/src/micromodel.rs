@@ -149,6 +149,17 @@ impl Outcome {
         }
     }
 
+    /// `decided`, `malformed`, `failed`, `refused` or `skipped`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Skipped(_) => "skipped",
+            Outcome::Refused(_) => "refused",
+            Outcome::Decided(_) => "decided",
+            Outcome::Malformed(_) => "malformed",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+
     /// A short label for receipts and dry runs.
     pub fn label(&self) -> String {
         match self {

@@ -1,6 +1,7 @@
-//! A local stand-in for a small-model endpoint, in the OpenAI wire format: `POST
+//! A local stand-in for a small-model endpoint, in the OpenAI wire format — `POST
 //! /v1/chat/completions` (the tier-3 classifier) and `POST /v1/embeddings` (a remote tier-2
-//! model). Tests choose how the classifier answers; every call is counted.
+//! model) — and in Ollama's — `POST /api/chat` and `POST /api/embed`. Tests choose how the
+//! classifier answers; every call is counted.
 //!
 //! Embeddings are deterministic 16-value unit vectors built from the words of each text, so
 //! texts sharing words are similar and others are not — enough to exercise the remote path.
@@ -78,9 +79,14 @@ impl MockModels {
         }
     }
 
-    /// The base URL, as `HERMA_MICROMODEL_URL` or `HERMA_EMBED_URL` takes it.
+    /// The OpenAI-style base URL, as `HERMA_MICROMODEL_URL` or `HERMA_EMBED_URL` takes it.
     pub fn url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The Ollama-style base URL.
+    pub fn ollama_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// The next calls answer these, in order.
@@ -151,8 +157,10 @@ async fn handle(
             json!({"error": {"message": "bad key", "type": "invalid_request_error"}}),
         );
     }
-    match uri.path() {
-        "/v1/embeddings" => {
+    let path = uri.path();
+    let ollama = path.starts_with("/api/");
+    match path {
+        "/v1/embeddings" | "/api/embed" => {
             shared.embed_calls.fetch_add(1, Ordering::SeqCst);
             let inputs: Vec<String> = match &request["input"] {
                 Value::String(s) => vec![s.clone()],
@@ -167,12 +175,19 @@ async fn handle(
                 .enumerate()
                 .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": word_vector(t)}))
                 .collect();
+            if ollama {
+                let embeddings: Vec<Vec<f32>> = inputs.iter().map(|t| word_vector(t)).collect();
+                return json_reply(
+                    StatusCode::OK,
+                    json!({"model": request["model"], "embeddings": embeddings, "total_duration": 1000, "prompt_eval_count": 4}),
+                );
+            }
             json_reply(
                 StatusCode::OK,
                 json!({"object": "list", "data": data, "model": request["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}}),
             )
         }
-        "/v1/chat/completions" => {
+        "/v1/chat/completions" | "/api/chat" => {
             shared.chat_calls.fetch_add(1, Ordering::SeqCst);
             *shared.last_chat.lock().expect("lock") = Some(request.clone());
             let reply = shared
@@ -182,6 +197,13 @@ async fn handle(
                 .pop_front()
                 .unwrap_or_else(|| shared.default.lock().expect("lock").clone());
             let completion = |content: &str| {
+                if ollama {
+                    return json!({
+                        "model": request["model"], "created_at": "2026-11-30T00:00:00Z",
+                        "message": {"role": "assistant", "content": content},
+                        "done": true, "done_reason": "stop", "eval_count": 9
+                    });
+                }
                 json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 1_796_000_000,
                     "model": request["model"],

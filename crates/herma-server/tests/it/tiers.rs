@@ -260,6 +260,17 @@ async fn h06_engine_short_circuits_micromodel_when_keyword_matches() {
     let receipt = proxy(&app, &mock, &key, "push my branch to the live cluster").await;
     assert_eq!(receipt["action"], "forwarded");
     assert_eq!(models.chat_calls(), 2);
+
+    let metrics = app.app.render_metrics();
+    assert!(
+        metrics.contains("herma_classifier_outcomes_total{outcome=\"decided\"} 2\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("herma_classifier_outcomes_total{outcome=\"failed\"} 0\n"));
+    assert!(
+        metrics.contains("herma_semantic_embed_seconds_count 0\n"),
+        "no semantic rule, no embedding"
+    );
 }
 
 #[tokio::test]
@@ -489,4 +500,59 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
     let (embeds, chats) = (models.embed_calls(), models.chat_calls());
     dry_run(&app, &key, "deploy the service now").await;
     assert_eq!((models.embed_calls(), models.chat_calls()), (embeds, chats));
+}
+
+#[tokio::test]
+async fn both_tiers_speak_ollama_too() {
+    let models = MockModels::start(Reply::decision(true, 0.8)).await;
+    let base = models.ollama_url();
+    let app = spawn_app(
+        Backend::Memory,
+        &[
+            ("HERMA_MICROMODEL_URL", &base),
+            ("HERMA_MICROMODEL_PROTOCOL", "ollama"),
+            ("HERMA_MICROMODEL_MODEL", "qwen2.5:0.5b"),
+            ("HERMA_EMBED_URL", &base),
+            ("HERMA_EMBED_PROTOCOL", "ollama"),
+            ("HERMA_EMBED_MODEL", "all-minilm"),
+        ],
+    )
+    .await;
+    let identity = app.app.tiers.embedder.as_ref().unwrap().identity().clone();
+    assert_eq!(identity.dimensions, 16);
+    assert!(
+        identity.id.starts_with("ollama:all-minilm@"),
+        "{}",
+        identity.id
+    );
+    let mock = MockUpstream::start().await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    configure(
+        &app,
+        &key,
+        "/v1/context",
+        json!({"id": "d", "kind": "verb", "schema_or_body": "Deploy carefully."}),
+    )
+    .await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "sem", "action": "shim_context", "context_refs": ["d"], "triggers": {"semantic": {"examples": ["deploy the billing service"]}}})).await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "micro", "action": "shim_context", "context_refs": ["d"], "triggers": {"micromodel": {"question": "Is this about billing?"}}})).await;
+
+    let receipt = proxy(&app, &mock, &key, "deploy the billing service now").await;
+    let tiers: Vec<(&str, &str)> = receipt["matched"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["provision_id"].as_str().unwrap(),
+                m["tier"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tiers,
+        [("micro", "micromodel"), ("sem", "semantic")],
+        "{receipt:#}"
+    );
+    assert_eq!(models.last_chat().unwrap()["format"], "json");
 }
