@@ -69,6 +69,17 @@ impl From<Vec<MatchedRule>> for TierMatches {
     }
 }
 
+/// A provision the governance lens refused for the caller.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct GovernanceRefusal {
+    pub provision_id: String,
+    pub builtin: bool,
+    /// `quarantined`, `not_verified`, `untrusted_producer`, `ungoverned`, …
+    #[schema(example = "quarantined")]
+    pub code: &'static str,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ShimReport {
     /// The exact text that would be added.
@@ -92,6 +103,8 @@ pub struct DryRunReport {
     /// Tiers 2 and 3 in detail: every semantic score with its example, threshold and margin,
     /// every classifier outcome, and each rule a tier did not evaluate with the reason.
     pub evaluation: Evaluation,
+    /// Provisions the governance lens keeps from this caller, and why (H12, H19).
+    pub governance_refused: Vec<GovernanceRefusal>,
     /// `forward`, `shim_context` or `respond_directly`.
     #[schema(example = "shim_context")]
     pub decision: &'static str,
@@ -177,6 +190,16 @@ impl App {
             },
             tiers: TierMatches::from(plan.matched),
             evaluation: plan.evaluation,
+            governance_refused: snapshot
+                .refused
+                .iter()
+                .map(|(id, builtin, why)| GovernanceRefusal {
+                    provision_id: id.clone(),
+                    builtin: *builtin,
+                    code: why.code(),
+                    reason: why.to_string(),
+                })
+                .collect(),
             decision: "forward",
             provision_id: None,
             shim: None,

@@ -14,6 +14,8 @@ use herma_core::rules::RuleSet;
 use herma_core::{CallerScope, Problem, Timestamp};
 use herma_store::{DocumentStoreExt, Revisions, Store};
 
+use herma_core::governance::{Refusal, Requester, admit};
+use herma_core::key::KeyId;
 use herma_core::semantic::Embedder;
 
 use crate::clock::Clock;
@@ -32,6 +34,8 @@ pub struct RuleSnapshot {
     pub context: HashMap<String, (Arc<ContextEntry>, bool)>,
     /// The semantic rules' example vectors.
     pub semantic: SemanticRules,
+    /// Provisions the governance lens refused for this caller: (id, built-in, why).
+    pub refused: Vec<(String, bool, Refusal)>,
 }
 
 impl RuleSnapshot {
@@ -169,6 +173,38 @@ impl RuleCache {
                 }
             }
         }
+        // The governance lens (H12, H19): a built-in fires only with fabric_governance that
+        // admits this caller and its harness; a caller's own governed record the same way.
+        let harness = match scope.as_str().strip_prefix("key:").and_then(KeyId::parse) {
+            Some(key_id) => self
+                .store
+                .find_key(&key_id)
+                .await
+                .map_err(internal)?
+                .and_then(|k| k.harness),
+            None => None,
+        };
+        let requester = Requester {
+            caller: scope,
+            harness: harness.as_deref(),
+            cohorts: &[],
+        };
+        let mut refused = Vec::new();
+        let mut admitted = |p: &Provision, builtin: bool| {
+            if !builtin && p.spec.fabric_governance.is_none() {
+                return true;
+            }
+            match admit(p.spec.fabric_governance.as_ref(), &requester) {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::debug!(provision = %p.spec.id, builtin, reason = %why, "governance lens refused a rule");
+                    refused.push((p.spec.id.clone(), builtin, why));
+                    false
+                }
+            }
+        };
+        let own: Vec<Provision> = own.into_iter().filter(|p| admitted(p, false)).collect();
+        let builtins: Vec<Provision> = builtins.into_iter().filter(|p| admitted(p, true)).collect();
         let rules = RuleSet::compile(
             own.into_iter()
                 .map(|p| (Arc::new(p), false))
@@ -191,6 +227,7 @@ impl RuleCache {
             rules,
             context,
             semantic,
+            refused,
         })
     }
 

@@ -34,6 +34,7 @@ fn provision(i: usize, triggers: Triggers) -> (Arc<Provision>, bool) {
         response: None,
         once_per_conversation: false,
         enabled: true,
+        fabric_governance: None,
     };
     (
         Arc::new(Provision {

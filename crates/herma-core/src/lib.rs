@@ -12,6 +12,7 @@ pub mod caller;
 pub mod contributor;
 pub mod engine;
 pub mod gate;
+pub mod governance;
 pub mod json;
 pub mod key;
 pub mod memory;

@@ -340,6 +340,7 @@ pub fn candidate_provisions(
             response: None,
             once_per_conversation: true,
             enabled: true,
+            fabric_governance: None,
         };
         if spec.validate().is_ok() {
             out.push(spec);

@@ -94,6 +94,7 @@ pub fn provision(id: &str, keyword: &str) -> ProvisionSpec {
         response: None,
         once_per_conversation: false,
         enabled: true,
+        fabric_governance: None,
     }
 }
 

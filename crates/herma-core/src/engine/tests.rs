@@ -65,6 +65,7 @@ fn set(rules: &[Rule<'_>]) -> RuleSet {
                 .then(|| DirectResponse { text: "a".into() }),
             once_per_conversation: false,
             enabled: true,
+            fabric_governance: None,
         };
         (
             Arc::new(Provision {

@@ -357,6 +357,11 @@ pub struct ProvisionSpec {
     #[serde(default = "default_true")]
     #[cfg_attr(feature = "openapi", schema(example = true))]
     pub enabled: bool,
+    /// The governed fabric's say on this record (a synced or shipped starter). A `system_builtin`
+    /// provision fires only while this passes the governance lens for the requesting caller; on
+    /// a caller's own provision it is optional, but when present it is enforced the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_governance: Option<crate::governance::FabricGovernance>,
 }
 
 fn default_true() -> bool {

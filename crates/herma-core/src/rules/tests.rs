@@ -32,6 +32,7 @@ fn provision(
         response,
         once_per_conversation: false,
         enabled: true,
+        fabric_governance: None,
     };
     let p = Provision {
         caller_scope: CallerScope::system_builtin(),

@@ -6,6 +6,7 @@
 mod admin;
 mod bad_input;
 mod gate;
+mod governance;
 mod mcp;
 mod memory;
 mod metrics;

@@ -438,7 +438,7 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
         ("starter.sem", json!({"semantic": semantic})),
         ("starter.micro", json!({"micromodel": micromodel})),
     ] {
-        let spec = serde_json::from_value(json!({"id": id, "action": "respond_directly", "priority": -10, "response": {"text": "hi"}, "triggers": triggers})).unwrap();
+        let spec = serde_json::from_value(json!({"id": id, "action": "respond_directly", "priority": -10, "response": {"text": "hi"}, "triggers": triggers, "fabric_governance": {"status": "verified", "producer": "herma", "visibility_scope": "public"}})).unwrap();
         app.app
             .store
             .provisions()
@@ -487,6 +487,17 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
     assert_eq!(preview.status(), StatusCode::OK);
     let preview: Value = preview.json().await.unwrap();
     assert_eq!(preview["decision"], "forward", "{preview:#}");
+    let skipped: Vec<&str> = preview["evaluation"]["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["provision_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        skipped.contains(&"starter.sem"),
+        "the preview saw the semantic starter: {skipped:?}"
+    );
+    assert_eq!(preview["evaluation"]["micromodel"][0]["result"], "skipped");
     assert_eq!((models.embed_calls(), models.chat_calls()), (embeds, chats));
 
     // Online, the same rules use both providers.

@@ -1,0 +1,215 @@
+//! The governance lens on the firing path (H12, H19): built-in starters fire for a routed
+//! caller only while their fabric_governance admits that caller and its harness.
+
+use herma_test_support::mock_upstream::MockUpstream;
+use herma_test_support::{Backend, TestApp, spawn_app};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::req;
+
+/// An admin-written built-in answering `text` when the prompt says `word`.
+fn starter(id: &str, word: &str, governance: Option<Value>) -> Value {
+    let mut p = json!({
+        "id": id, "action": "respond_directly", "response": {"text": format!("answered by {id}")},
+        "triggers": {"keywords": [word]}
+    });
+    if let Some(g) = governance {
+        p["fabric_governance"] = g;
+    }
+    p
+}
+
+fn governed(status: &str, producer: &str, extra: Value) -> Value {
+    let mut g = json!({"status": status, "producer": producer, "visibility_scope": "public"});
+    if let (Some(g), Some(extra)) = (g.as_object_mut(), extra.as_object()) {
+        g.extend(extra.clone());
+    }
+    g
+}
+
+async fn dry_run(app: &TestApp, key: &str, text: &str) -> Value {
+    let got = req(Method::POST, "/v1/dry-run")
+        .key(key)
+        .json(json!({"protocol": "chat_completions", "body": {"model": "m", "messages": [{"role": "user", "content": text}]}}))
+        .send(app)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    got.2
+}
+
+#[tokio::test]
+async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let admin = app.key("route,configure,admin", Some("claude-code")).await;
+    let blob = "tessera://blobs/2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+    let starters = [
+        starter(
+            "s.verified",
+            "alpha",
+            Some(governed("verified", "tessera", json!({}))),
+        ),
+        starter(
+            "s.quarantined",
+            "bravo",
+            Some(governed("quarantined", "tessera", json!({}))),
+        ),
+        starter(
+            "s.untrusted",
+            "charlie",
+            Some(governed("verified", "tessera-mirror", json!({}))),
+        ),
+        starter(
+            "s.codex-only",
+            "delta",
+            Some(governed(
+                "verified",
+                "eranos",
+                json!({"harnesses": ["codex"]}),
+            )),
+        ),
+        starter("s.ungoverned", "echo", None),
+        starter(
+            "s.blob-ok",
+            "foxtrot",
+            Some(governed(
+                "verified",
+                "agora",
+                json!({"blobs": [{"uri": blob, "content_sha256": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}]}),
+            )),
+        ),
+        starter(
+            "s.blob-bad",
+            "golf",
+            Some(governed(
+                "verified",
+                "agora",
+                json!({"blobs": [{"uri": blob, "content_sha256": "0000000000000000000000000000000000000000000000000000000000000000"}]}),
+            )),
+        ),
+        starter(
+            "s.for-one-caller",
+            "hotel",
+            Some(
+                json!({"status": "verified", "producer": "herma", "visibility_scope": "callers", "callers": ["key:ffffffffffffffff"]}),
+            ),
+        ),
+    ];
+    for s in &starters {
+        let got = req(Method::POST, "/v1/provisions?scope=system_builtin")
+            .key(&admin)
+            .harness("claude-code")
+            .json(s.clone())
+            .send(&app)
+            .await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+    let claude = app.key("route", Some("claude-code")).await;
+    let codex = app.key("route", Some("codex")).await;
+
+    let cases = [
+        ("alpha", "s.verified", true, true),
+        ("bravo", "s.quarantined", false, false),
+        ("charlie", "s.untrusted", false, false),
+        ("delta", "s.codex-only", false, true),
+        ("echo", "s.ungoverned", false, false),
+        ("foxtrot", "s.blob-ok", true, true),
+        ("golf", "s.blob-bad", false, false),
+        ("hotel", "s.for-one-caller", false, false),
+    ];
+    for (word, id, for_claude, for_codex) in cases {
+        for (key, fires) in [(&claude, for_claude), (&codex, for_codex)] {
+            let report = dry_run(&app, key, &format!("{word} please")).await;
+            let decided = report["decision"] == "respond_directly" && report["provision_id"] == id;
+            assert_eq!(decided, fires, "{id}: {report:#}");
+            let refused = report["governance_refused"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["provision_id"] == id && r["builtin"] == true);
+            assert_eq!(
+                refused, !fires,
+                "{id} is listed as refused exactly when it cannot fire"
+            );
+        }
+    }
+    let report = dry_run(&app, &claude, "bravo").await;
+    let reasons: Vec<(&str, &str)> = report["governance_refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["provision_id"].as_str().unwrap(),
+                r["code"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("s.quarantined", "quarantined"),
+        ("s.untrusted", "untrusted_producer"),
+        ("s.codex-only", "harness_not_admitted"),
+        ("s.ungoverned", "ungoverned"),
+        ("s.blob-bad", "blob_digest_mismatch"),
+        ("s.for-one-caller", "not_listed_caller"),
+    ] {
+        assert!(reasons.contains(&expected), "{expected:?} in {reasons:?}");
+    }
+
+    // The proxy decides the same way as the dry run: the verified starter answers without the
+    // upstream, the quarantined one is forwarded.
+    let mock = MockUpstream::start().await;
+    for (word, answered) in [("alpha", true), ("bravo", false)] {
+        let got = app
+            .client
+            .post(app.url("/v1/chat/completions"))
+            .bearer_auth(&claude)
+            .header("X-Upstream-Base-Url", mock.url())
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": word}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status(), StatusCode::OK);
+        let body: Value = got.json().await.unwrap();
+        let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(text == "answered by s.verified", answered, "{word}: {text}");
+    }
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "only the quarantined starter's request went upstream"
+    );
+
+    // The starters shipped with Herma carry passing governance and fire.
+    let shipped = dry_run(&app, &claude, "/herma").await;
+    assert_eq!(shipped["provision_id"], "herma.help");
+}
+
+#[tokio::test]
+async fn a_callers_own_governed_record_is_held_to_the_lens_too() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    for (id, word, governance) in [
+        ("mine.plain", "plain", None),
+        (
+            "mine.quarantined",
+            "quarantined",
+            Some(governed("quarantined", "tessera", json!({}))),
+        ),
+    ] {
+        let got = req(Method::POST, "/v1/provisions")
+            .key(&key)
+            .harness("claude-code")
+            .json(starter(id, word, governance))
+            .send(&app)
+            .await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+    assert_eq!(
+        dry_run(&app, &key, "plain").await["provision_id"],
+        "mine.plain"
+    );
+    let report = dry_run(&app, &key, "quarantined").await;
+    assert_eq!(report["decision"], "forward");
+    assert_eq!(report["governance_refused"][0]["code"], "quarantined");
+}
