@@ -69,10 +69,13 @@ impl From<Vec<MatchedRule>> for TierMatches {
     }
 }
 
-/// A provision the governance lens refused for the caller.
+/// A provision or context entry the governance lens refused for the caller.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct GovernanceRefusal {
-    pub provision_id: String,
+    /// `provision` or `context_entry`.
+    #[schema(example = "provision")]
+    pub kind: &'static str,
+    pub id: String,
     pub builtin: bool,
     /// `quarantined`, `not_verified`, `untrusted_producer`, `ungoverned`, …
     #[schema(example = "quarantined")]
@@ -193,11 +196,12 @@ impl App {
             governance_refused: snapshot
                 .refused
                 .iter()
-                .map(|(id, builtin, why)| GovernanceRefusal {
-                    provision_id: id.clone(),
-                    builtin: *builtin,
-                    code: why.code(),
-                    reason: why.to_string(),
+                .map(|r| GovernanceRefusal {
+                    kind: r.kind,
+                    id: r.id.clone(),
+                    builtin: r.builtin,
+                    code: r.why.code(),
+                    reason: r.why.to_string(),
                 })
                 .collect(),
             decision: "forward",

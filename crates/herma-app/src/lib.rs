@@ -27,6 +27,7 @@ pub mod records;
 pub mod rule_cache;
 pub mod starters;
 pub mod storage;
+pub mod tessera;
 pub mod tiers;
 pub mod transfer;
 

@@ -34,8 +34,18 @@ pub struct RuleSnapshot {
     pub context: HashMap<String, (Arc<ContextEntry>, bool)>,
     /// The semantic rules' example vectors.
     pub semantic: SemanticRules,
-    /// Provisions the governance lens refused for this caller: (id, built-in, why).
-    pub refused: Vec<(String, bool, Refusal)>,
+    /// Records the governance lens refused for this caller.
+    pub refused: Vec<RefusedRecord>,
+}
+
+/// A provision or context entry the governance lens keeps from a caller.
+#[derive(Clone, Debug)]
+pub struct RefusedRecord {
+    /// `provision` or `context_entry`.
+    pub kind: &'static str,
+    pub id: String,
+    pub builtin: bool,
+    pub why: Refusal,
 }
 
 impl RuleSnapshot {
@@ -161,20 +171,9 @@ impl RuleCache {
             .collect();
         refs.sort();
         refs.dedup();
-        let entries = self.store.context_entries();
-        let mut context = HashMap::new();
-        if !refs.is_empty() {
-            for entry in entries.get_many(builtin, &refs).await.map_err(internal)? {
-                context.insert(entry.spec.id.clone(), (Arc::new(entry), true));
-            }
-            if !scope.is_system_builtin() {
-                for entry in entries.get_many(scope, &refs).await.map_err(internal)? {
-                    context.insert(entry.spec.id.clone(), (Arc::new(entry), false));
-                }
-            }
-        }
-        // The governance lens (H12, H19): a built-in fires only with fabric_governance that
-        // admits this caller and its harness; a caller's own governed record the same way.
+        // The governance lens (H12, H19): a built-in fires (or is shimmed) only with
+        // fabric_governance that admits this caller and its harness; a caller's own governed
+        // record the same way.
         let harness = match scope.as_str().strip_prefix("key:").and_then(KeyId::parse) {
             Some(key_id) => self
                 .store
@@ -190,21 +189,77 @@ impl RuleCache {
             cohorts: &[],
         };
         let mut refused = Vec::new();
-        let mut admitted = |p: &Provision, builtin: bool| {
-            if !builtin && p.spec.fabric_governance.is_none() {
+        let mut admitted = |kind: &'static str,
+                            id: &str,
+                            governance: Option<&herma_core::governance::FabricGovernance>,
+                            builtin: bool| {
+            if !builtin && governance.is_none() {
                 return true;
             }
-            match admit(p.spec.fabric_governance.as_ref(), &requester) {
+            match admit(governance, &requester) {
                 Ok(()) => true,
                 Err(why) => {
-                    tracing::debug!(provision = %p.spec.id, builtin, reason = %why, "governance lens refused a rule");
-                    refused.push((p.spec.id.clone(), builtin, why));
+                    tracing::debug!(kind, id, builtin, reason = %why, "governance lens refused a record");
+                    refused.push(RefusedRecord {
+                        kind,
+                        id: id.to_owned(),
+                        builtin,
+                        why,
+                    });
                     false
                 }
             }
         };
-        let own: Vec<Provision> = own.into_iter().filter(|p| admitted(p, false)).collect();
-        let builtins: Vec<Provision> = builtins.into_iter().filter(|p| admitted(p, true)).collect();
+        let entries = self.store.context_entries();
+        let mut context = HashMap::new();
+        if !refs.is_empty() {
+            for entry in entries.get_many(builtin, &refs).await.map_err(internal)? {
+                let spec = &entry.spec;
+                if admitted(
+                    "context_entry",
+                    &spec.id,
+                    spec.fabric_governance.as_ref(),
+                    true,
+                ) {
+                    context.insert(entry.spec.id.clone(), (Arc::new(entry), true));
+                }
+            }
+            if !scope.is_system_builtin() {
+                for entry in entries.get_many(scope, &refs).await.map_err(internal)? {
+                    let spec = &entry.spec;
+                    if admitted(
+                        "context_entry",
+                        &spec.id,
+                        spec.fabric_governance.as_ref(),
+                        false,
+                    ) {
+                        context.insert(entry.spec.id.clone(), (Arc::new(entry), false));
+                    }
+                }
+            }
+        }
+        let own: Vec<Provision> = own
+            .into_iter()
+            .filter(|p| {
+                admitted(
+                    "provision",
+                    &p.spec.id,
+                    p.spec.fabric_governance.as_ref(),
+                    false,
+                )
+            })
+            .collect();
+        let builtins: Vec<Provision> = builtins
+            .into_iter()
+            .filter(|p| {
+                admitted(
+                    "provision",
+                    &p.spec.id,
+                    p.spec.fabric_governance.as_ref(),
+                    true,
+                )
+            })
+            .collect();
         let rules = RuleSet::compile(
             own.into_iter()
                 .map(|p| (Arc::new(p), false))

@@ -9,6 +9,7 @@ mod models;
 mod records;
 mod rules;
 mod serve;
+mod tessera;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -81,6 +82,11 @@ enum Command {
     Rules {
         #[command(subcommand)]
         command: rules::RulesCommand,
+    },
+    /// Sync governed records from Tessera.
+    Tessera {
+        #[command(subcommand)]
+        command: tessera::TesseraCommand,
     },
 }
 
@@ -246,6 +252,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Models { command } => models::run(command).await,
         Command::Rules { command } => rules::run(command).await,
+        Command::Tessera { command } => tessera::run(command).await,
     }
 }
 

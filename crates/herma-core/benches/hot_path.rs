@@ -156,6 +156,7 @@ fn bench_shim(c: &mut Criterion) {
                 ),
                 uri: None,
                 tags: vec![],
+                fabric_governance: None,
             },
         })
         .collect();

@@ -24,6 +24,7 @@ pub mod rules;
 pub mod semantic;
 pub mod settings;
 pub mod shim;
+pub mod tessera;
 pub mod time;
 pub mod upstream;
 pub mod wire;

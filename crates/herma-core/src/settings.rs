@@ -234,6 +234,18 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "How long one classifier call may take before the rule's failure policy applies.",
     },
     SettingInfo {
+        name: "HERMA_TESSERA_URL",
+        secret: false,
+        default: "unset",
+        description: "The Tessera endpoint `herma tessera sync` pulls governed records from (docs/tessera.md).",
+    },
+    SettingInfo {
+        name: "HERMA_TESSERA_TOKEN",
+        secret: true,
+        default: "unset",
+        description: "Bearer credential for HERMA_TESSERA_URL.",
+    },
+    SettingInfo {
         name: "HERMA_PREVIEW_RATE_PER_MINUTE",
         secret: false,
         default: "30",
@@ -416,6 +428,9 @@ pub struct Settings {
     pub preview_rate_per_minute: u64,
     pub public_url: Option<String>,
     pub tiers: TierSettings,
+    /// Where governed records come from, with its credential.
+    pub tessera_url: Option<String>,
+    pub tessera_token: Option<Secret>,
 }
 
 /// An invalid setting, by name.
@@ -679,6 +694,15 @@ impl Settings {
             micromodel_timeout_ms,
         };
 
+        let tessera_url = setting(map, "HERMA_TESSERA_URL").and_then(|raw| match parse_base(raw) {
+            Ok(u) => Some(u.as_str().trim_end_matches('/').to_owned()),
+            Err(detail) => {
+                fail("HERMA_TESSERA_URL", detail);
+                None
+            }
+        });
+        let tessera_token = setting(map, "HERMA_TESSERA_TOKEN").map(Secret::new);
+
         let log_filter = setting(map, "HERMA_LOG").unwrap_or("info").to_owned();
         let log_format = match setting(map, "HERMA_LOG_FORMAT") {
             None | Some("text") => LogFormat::Text,
@@ -717,6 +741,8 @@ impl Settings {
                 preview_rate_per_minute,
                 public_url,
                 tiers,
+                tessera_url,
+                tessera_token,
             })
         } else {
             Err(errors)

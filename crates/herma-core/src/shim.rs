@@ -126,6 +126,7 @@ mod tests {
                 schema_or_body: serde_json::Value::String(body.into()),
                 uri: None,
                 tags: vec![],
+                fabric_governance: None,
             },
         }
     }

@@ -106,6 +106,7 @@ pub fn context_entry(id: &str, body: &str) -> ContextEntrySpec {
         schema_or_body: Value::String(body.to_owned()),
         uri: None,
         tags: vec![],
+        fabric_governance: None,
     }
 }
 
@@ -490,6 +491,7 @@ pub async fn typed_records_round_trip(store: Arc<dyn Store>) {
     assert_eq!(created.caller_scope, scope);
     let entry = ContextEntrySpec {
         tags: vec!["ops".into()],
+        fabric_governance: None,
         uri: Some("https://example.com/x".into()),
         schema_or_body: json!({"work_contract": {"operation_id": "op"}}),
         ..context_entry("e1", "")

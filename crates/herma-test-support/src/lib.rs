@@ -18,6 +18,7 @@ use herma_store_sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
 pub mod mock_models;
+pub mod mock_tessera;
 pub mod mock_upstream;
 
 /// The embedding model directory the test command provides (`HERMA_EMBED_MODEL_DIR`).

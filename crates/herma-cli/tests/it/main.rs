@@ -712,3 +712,83 @@ async fn a_semantic_rule_fires_on_a_paraphrase_in_a_dry_run_and_rules_eval_repor
     assert_eq!(typo.status.code(), Some(2));
     assert!(stderr(&typo).contains("/0/expect/0"), "{}", stderr(&typo));
 }
+
+/// The governed fabric as a new user meets it: point Herma at a Tessera, sync, and watch a
+/// verified starter fire while a quarantined one never does.
+// Two workers: the mock Tessera keeps serving while this test waits on the `herma` process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tessera_sync_brings_verified_starters_and_never_serves_quarantined_ones() {
+    use herma_test_support::mock_tessera::{MockTessera, TOKEN};
+    let tessera = MockTessera::start().await;
+    let record = |id: &str, word: &str, status: &str| {
+        json!({"uri": format!("tessera://records/starters/{id}"), "kind": "starter", "version": 1,
+            "governance": {"status": status, "producer": "tessera", "visibility_scope": "public"},
+            "provision": {"id": id, "action": "respond_directly", "response": {"text": format!("{id} answered")}, "triggers": {"keywords": [word]}}})
+    };
+    tessera.publish(vec![
+        record("fabric.deploy", "deploy", "verified"),
+        record("fabric.legacy", "legacy", "quarantined"),
+        json!({"uri": "tessera://records/starters/bad", "kind": "starter", "version": 1}),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = tessera.url();
+    let env = [
+        ("HERMA_TESSERA_URL", url.as_str()),
+        ("HERMA_TESSERA_TOKEN", TOKEN),
+    ];
+
+    let synced = run(dir.path(), &["tessera", "sync"], &env);
+    assert!(
+        synced.status.success(),
+        "{}{}",
+        stdout(&synced),
+        stderr(&synced)
+    );
+    let out = stdout(&synced);
+    assert!(out.contains("3 records in 1 pages: 2 created"), "{out}");
+    assert!(out.contains("1 stored but not served"), "{out}");
+    assert!(
+        out.contains("refused tessera://records/starters/bad"),
+        "{out}"
+    );
+    let again = run(dir.path(), &["tessera", "sync", "--json"], &env);
+    let report: Value = serde_json::from_str(&stdout(&again)).unwrap();
+    assert_eq!(
+        (report["created"].clone(), report["unchanged"].clone()),
+        (json!(0), json!(2))
+    );
+
+    let key = issue_key(dir.path(), &[]);
+    let secret = key["key"].as_str().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let client = reqwest::Client::new();
+    for (word, expected) in [
+        ("deploy now", Some("fabric.deploy")),
+        ("legacy please", None),
+    ] {
+        let dry: Value = client
+            .post(format!("{}/v1/dry-run", server.base))
+            .bearer_auth(secret)
+            .json(&json!({"protocol": "chat_completions", "body": {"model": "m", "messages": [{"role": "user", "content": word}]}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match expected {
+            Some(id) => assert_eq!(dry["provision_id"], id, "{dry:#}"),
+            None => {
+                assert_eq!(dry["decision"], "forward", "{dry:#}");
+                assert_eq!(dry["governance_refused"][0]["code"], "quarantined");
+            }
+        }
+    }
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    // Without a source: a usage error naming the settings.
+    let none = run(dir.path(), &["tessera", "sync"], &[]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(stderr(&none).contains("HERMA_TESSERA_URL"));
+}

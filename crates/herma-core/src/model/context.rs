@@ -68,6 +68,11 @@ pub struct ContextEntrySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(example = json!(["ops"])))]
     pub tags: Vec<String>,
+    /// The governed fabric's say on this entry (a synced Tessera noun or verb, a shipped
+    /// starter). A `system_builtin` entry is shimmed only while this passes the governance
+    /// lens for the requesting caller; on a caller's own entry it is optional but enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_governance: Option<crate::governance::FabricGovernance>,
 }
 
 impl ContextEntrySpec {

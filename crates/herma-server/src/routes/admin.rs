@@ -54,6 +54,30 @@ pub async fn list_keys(
     }))
 }
 
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SyncQuery {
+    /// Resume after this cursor (a stopped sync's `resume_after`).
+    pub after: Option<String>,
+}
+
+/// Sync governed records from the configured Tessera (`HERMA_TESSERA_URL`) into the built-ins.
+/// A sync that stops early still answers 200 with `stopped` and `resume_after`.
+#[utoipa::path(post, path = "/v1/admin/tessera/sync", tag = "admin",
+    params(SyncQuery),
+    responses((status = 200, body = herma_app::tessera::SyncReport),
+        (status = 403, body = crate::openapi::ProblemBody),
+        (status = 422, description = "No Tessera is configured", body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn tessera_sync(
+    State(state): State<AppState>,
+    facts: GateFacts,
+    crate::extract::StrictQuery(query): crate::extract::StrictQuery<SyncQuery>,
+) -> ApiResult<Json<herma_app::tessera::SyncReport>> {
+    facts.admit(&state, Requirement::Admin).await?;
+    Ok(Json(state.app.tessera_sync_configured(query.after).await?))
+}
+
 /// Revoke a key: refused here at once and on every instance within one second.
 #[utoipa::path(delete, path = "/v1/admin/keys/{key_id}", tag = "admin",
     params(("key_id" = String, Path, description = "The key id (16 hex characters)", example = "3f9a1c0d5e7b2a64")),

@@ -126,7 +126,7 @@ async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance(
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|r| r["provision_id"] == id && r["builtin"] == true);
+                .any(|r| r["id"] == id && r["kind"] == "provision" && r["builtin"] == true);
             assert_eq!(
                 refused, !fires,
                 "{id} is listed as refused exactly when it cannot fire"
@@ -138,12 +138,7 @@ async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance(
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| {
-            (
-                r["provision_id"].as_str().unwrap(),
-                r["code"].as_str().unwrap(),
-            )
-        })
+        .map(|r| (r["id"].as_str().unwrap(), r["code"].as_str().unwrap()))
         .collect();
     for expected in [
         ("s.quarantined", "quarantined"),
@@ -212,4 +207,43 @@ async fn a_callers_own_governed_record_is_held_to_the_lens_too() {
     let report = dry_run(&app, &key, "quarantined").await;
     assert_eq!(report["decision"], "forward");
     assert_eq!(report["governance_refused"][0]["code"], "quarantined");
+
+    // A governed context entry is held to the lens when it would be shimmed.
+    for (id, status) in [("noun.ok", "verified"), ("noun.held", "quarantined")] {
+        let got = req(Method::POST, "/v1/context")
+            .key(&key)
+            .harness("claude-code")
+            .json(
+                json!({"id": id, "kind": "noun", "schema_or_body": format!("{id} body"),
+                "fabric_governance": governed(status, "tessera", json!({}))}),
+            )
+            .send(&app)
+            .await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+    let got = req(Method::POST, "/v1/provisions")
+        .key(&key)
+        .harness("claude-code")
+        .json(json!({"id": "nouns", "action": "shim_context", "triggers": {"keywords": ["nouns"]}, "context_refs": ["noun.ok", "noun.held"]}))
+        .send(&app)
+        .await;
+    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    let report = dry_run(&app, &key, "nouns").await;
+    assert_eq!(report["decision"], "shim_context", "{report:#}");
+    let text = report["shim"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("noun.ok body") && !text.contains("noun.held body"),
+        "{text}"
+    );
+    assert_eq!(
+        report["shim"]["unresolved_context_refs"],
+        json!(["noun.held"])
+    );
+    assert!(
+        report["governance_refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "context_entry" && r["id"] == "noun.held")
+    );
 }

@@ -19,6 +19,7 @@ mod public;
 mod records;
 mod retired;
 mod sdk;
+mod tessera;
 mod tiers;
 
 use herma_test_support::TestApp;
