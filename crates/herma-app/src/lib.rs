@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod dry_run;
 pub mod error;
 pub mod gate;
+pub mod handshake;
 pub mod insights;
 pub mod keys;
 pub mod mcp;

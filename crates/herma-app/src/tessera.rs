@@ -27,7 +27,7 @@ use herma_core::tessera::{
     TesseraRecord, blob_uris, convert,
 };
 use herma_core::{CallerScope, Problem, ProblemCode};
-use herma_providers::tessera::TesseraClient;
+use herma_providers::fabric::FabricClient;
 use herma_store::{Document, DocumentStoreExt, StoreError, Typed};
 use serde::Serialize;
 use serde_json::Value;
@@ -48,11 +48,11 @@ pub trait TesseraSource: Send + Sync {
 }
 
 /// A Tessera endpoint over HTTP.
-pub struct HttpSource(TesseraClient);
+pub struct HttpSource(FabricClient);
 
 impl HttpSource {
     pub fn new(base: &str, token: Option<&str>) -> Result<Self, Problem> {
-        TesseraClient::new(base, token, Duration::from_secs(30))
+        FabricClient::new(base, token, Duration::from_secs(30))
             .map(Self)
             .map_err(|e| Problem::new(ProblemCode::Internal, e))
     }

@@ -13,6 +13,7 @@ pub mod contributor;
 pub mod engine;
 pub mod gate;
 pub mod governance;
+pub mod handshake;
 pub mod json;
 pub mod key;
 pub mod memory;

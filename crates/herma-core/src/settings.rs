@@ -234,6 +234,12 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "How long one classifier call may take before the rule's failure policy applies.",
     },
     SettingInfo {
+        name: "HERMA_HANDSHAKE_MAX_CHARS",
+        secret: false,
+        default: "4000",
+        description: "The most characters of one context entry a remote handshake may bring in, whatever the caller or the remote asks for.",
+    },
+    SettingInfo {
         name: "HERMA_TESSERA_URL",
         secret: false,
         default: "unset",
@@ -416,6 +422,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     pub upstream: UpstreamSettings,
     pub shim_max_chars: u64,
+    /// The ceiling of a remote handshake's `max_chars` (H07).
+    pub handshake_max_chars: u64,
     pub proxy_max_body_bytes: u64,
     pub upstream_connect_timeout_ms: u64,
     pub upstream_headers_timeout_ms: u64,
@@ -531,6 +539,7 @@ impl Settings {
         );
 
         let shim_max_chars = number("HERMA_SHIM_MAX_CHARS", 8000, 256, 1_000_000);
+        let handshake_max_chars = number("HERMA_HANDSHAKE_MAX_CHARS", 4000, 16, 1_000_000);
         let proxy_max_body_bytes = number(
             "HERMA_PROXY_MAX_BODY_BYTES",
             32 * 1024 * 1024,
@@ -729,6 +738,7 @@ impl Settings {
                 log_format,
                 upstream,
                 shim_max_chars,
+                handshake_max_chars,
                 proxy_max_body_bytes,
                 upstream_connect_timeout_ms,
                 upstream_headers_timeout_ms,

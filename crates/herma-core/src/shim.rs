@@ -68,6 +68,7 @@ pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
             let body_chars = body.chars().count();
             let head_chars = head.chars().count();
             let left = budget.saturating_sub(used);
+            let governance = entry.spec.fabric_governance.as_ref();
             let mut record = ShimmedRef {
                 id: entry.spec.id.clone(),
                 version: entry.version,
@@ -75,6 +76,16 @@ pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
                 builtin: shim_entry.builtin,
                 chars: 0,
                 truncated: false,
+                record_uri: governance.and_then(|g| g.record_uri.clone()),
+                record_version: governance.and_then(|g| g.record_version),
+                blob_digests: governance
+                    .map(|g| {
+                        g.blobs
+                            .iter()
+                            .filter_map(|b| b.content_sha256.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             };
             if head_chars + body_chars < left {
                 text.push_str(&head);

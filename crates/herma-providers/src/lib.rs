@@ -6,7 +6,7 @@
 //! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
 
-pub mod tessera;
+pub mod fabric;
 pub mod tiers;
 
 use std::pin::Pin;

@@ -66,6 +66,7 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             records::provisions::delete
         ))
         .routes(routes!(records::context::list, records::context::create))
+        .routes(routes!(records::handshake))
         .routes(routes!(
             records::context::get,
             records::context::update,

@@ -73,6 +73,18 @@ pub struct ShimmedRef {
     /// True when the entry was cut to fit the shim budget.
     #[serde(default)]
     pub truncated: bool,
+    /// A governed record (H09): its fabric identity and version, and the digests of the blobs
+    /// it references, as they passed the governance lens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "tessera://records/nouns/billing")
+    )]
+    pub record_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_version: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blob_digests: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -231,3 +231,28 @@ collection_routes!(
         "Delete a context entry",
     ]
 );
+
+/// Pull context entries from a remote Herma-compatible endpoint (its `/v1/context`) into your
+/// own scope (H07). The remote's host must be in `HERMA_ALLOWED_UPSTREAM_HOSTS`; `max_chars` is
+/// clamped to `HERMA_HANDSHAKE_MAX_CHARS`, and every body cut to fit is listed in `cuts`.
+#[utoipa::path(post, path = "/v1/handshake", tag = "context",
+    request_body = herma_core::handshake::HandshakeRequest,
+    responses((status = 200, body = herma_app::handshake::HandshakeReport),
+        (status = 403, description = "Needs the configure scope and X-Herma-Harness, or the remote host is not allowed", body = crate::openapi::ProblemBody),
+        (status = 422, body = crate::openapi::ProblemBody),
+        (status = 502, description = "The remote could not be read", body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn handshake(
+    State(state): State<AppState>,
+    facts: GateFacts,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<herma_app::handshake::HandshakeReport>> {
+    let principal = facts
+        .admit(&state, herma_core::gate::Requirement::Configure)
+        .await?;
+    let scope = herma_app::records::own_scope(&principal)?.clone();
+    let request: herma_core::handshake::HandshakeRequest =
+        herma_core::json::decode(read_json(&headers, body, state.body_limit()).await?)?;
+    Ok(Json(state.app.handshake(&scope, request).await?))
+}

@@ -7,6 +7,7 @@ mod admin;
 mod bad_input;
 mod gate;
 mod governance;
+mod handshake;
 mod mcp;
 mod memory;
 mod metrics;

@@ -123,6 +123,35 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
             .unwrap()
             .contains("release train")
     );
+    // The receipt records which governed record was shimmed, its version and blob digest (H09).
+    let mock = herma_test_support::mock_upstream::MockUpstream::start().await;
+    let response = app
+        .client
+        .post(app.url("/v1/messages"))
+        .header("x-api-key", &key)
+        .header("anthropic-version", "2023-06-01")
+        .header("X-Upstream-Base-Url", mock.url())
+        .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "alpha"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let receipt_id = response.headers()["x-herma-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = response.text().await;
+    app.app.receipts.flush().await;
+    let receipt = req(Method::GET, format!("/v1/receipts/{receipt_id}"))
+        .key(&key)
+        .send(&app)
+        .await;
+    let shimmed = &receipt.2["shimmed_context_refs"][0];
+    assert_eq!(shimmed["id"], "noun.deploy", "{:#}", receipt.2);
+    assert_eq!(shimmed["record_uri"], "tessera://records/nouns/deploy");
+    assert_eq!(shimmed["record_version"], 1);
+    assert_eq!(shimmed["blob_digests"], json!([sha256_hex(DOC)]));
+
     for word in ["bravo", "charlie"] {
         let held = decision(&app, &key, word).await;
         assert_eq!(held["decision"], "forward", "{word}: {held:#}");
@@ -310,4 +339,32 @@ async fn admins_sync_through_the_api() {
             .unwrap()
             .contains("HERMA_TESSERA_URL")
     );
+}
+
+#[tokio::test]
+async fn an_oversized_blob_is_never_fetched_whole_and_its_record_never_served() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let tessera = MockTessera::start().await;
+    let big = vec![b'a'; herma_core::tessera::MAX_BLOB_BYTES + 1];
+    let digest = sha256_hex(&big);
+    tessera.put_blob(&digest, &big);
+    tessera.publish(vec![json!({
+        "uri": "tessera://records/starters/big", "kind": "starter", "version": 1,
+        "governance": {"status": "verified", "producer": "tessera", "visibility_scope": "public",
+            "blobs": [format!("tessera://blobs/{digest}")]},
+        "provision": {"id": "t.big", "action": "respond_directly", "response": {"text": "big"}, "triggers": {"keywords": ["big"]}}
+    })]);
+    let report = sync(&app, &tessera, None).await;
+    assert_eq!((report.created, report.not_served), (1, 1), "{report:?}");
+    let key = app.key("route", Some("claude-code")).await;
+    let dry = decision(&app, &key, "big").await;
+    assert_eq!(dry["decision"], "forward");
+    let refusal = dry["governance_refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "t.big")
+        .cloned()
+        .unwrap();
+    assert_eq!(refusal["code"], "blob_not_fetched");
 }

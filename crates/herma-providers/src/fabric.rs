@@ -1,25 +1,25 @@
-//! The HTTP side of the Tessera contract (`docs/tessera.md`): pages of records and
-//! content-addressed blobs. One request per call, no redirects, no retries, a hard timeout and
-//! a size limit on every body.
+//! Reading governed-fabric endpoints over HTTP: Tessera (`docs/tessera.md`: pages of records,
+//! content-addressed blobs) and remote Herma-compatible context APIs (handshakes). One request
+//! per call, no redirects, no retries, a hard timeout and a size limit on every body.
 
 use std::time::Duration;
 
-/// A Tessera endpoint.
-pub struct TesseraClient {
+/// A Tessera or Herma-compatible endpoint.
+pub struct FabricClient {
     client: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
-impl std::fmt::Debug for TesseraClient {
+impl std::fmt::Debug for FabricClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TesseraClient")
+        f.debug_struct("FabricClient")
             .field("base", &self.base)
             .finish_non_exhaustive()
     }
 }
 
-impl TesseraClient {
+impl FabricClient {
     pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -64,6 +64,21 @@ impl TesseraClient {
             body.extend_from_slice(&chunk);
         }
         Ok(body)
+    }
+
+    /// `GET {base}{path}?{query}`: the body, at most `max_bytes`.
+    pub async fn get_path(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, String> {
+        let mut url =
+            reqwest::Url::parse(&format!("{}{path}", self.base)).map_err(|e| e.to_string())?;
+        for (k, v) in query {
+            url.query_pairs_mut().append_pair(k, v);
+        }
+        self.get(url.to_string(), max_bytes).await
     }
 
     /// `GET /v1/records?limit=…[&after=…]`: one page, as bytes.

@@ -1,0 +1,184 @@
+//! Remote handshake sync (H07): pull context entries from a remote Herma-compatible endpoint
+//! (`GET {remote}/v1/context`, paged) into the caller's own scope, with `max_chars` clamped to
+//! `HERMA_HANDSHAKE_MAX_CHARS` and every cut recorded.
+
+use std::time::Duration;
+
+use herma_core::handshake::{Cut, HandshakeRequest, check_remote, clamp_max_chars, fit};
+use herma_core::json;
+use herma_core::model::{ContextEntrySpec, ContextKind};
+use herma_core::{CallerScope, Problem, ProblemCode};
+use herma_providers::fabric::FabricClient;
+use herma_store::DocumentStoreExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::App;
+
+/// Pages read from a remote at most.
+const MAX_PAGES: usize = 100;
+const PAGE_BYTES: usize = 8 << 20;
+
+/// An entry the handshake did not write, and why.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct HandshakeRefusal {
+    pub id: String,
+    pub reason: String,
+}
+
+/// What a handshake did.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub struct HandshakeReport {
+    pub remote: String,
+    /// The limit that applied (the caller's ask, clamped to the operator's ceiling).
+    pub max_chars: u64,
+    pub pulled: u32,
+    pub created: u32,
+    pub updated: u32,
+    pub unchanged: u32,
+    /// Entries cut to `max_chars`.
+    pub cuts: Vec<Cut>,
+    pub refused: Vec<HandshakeRefusal>,
+}
+
+fn remote_problem(detail: String) -> Problem {
+    Problem::new(
+        ProblemCode::UpstreamUnreachable,
+        format!("the remote could not be read: {detail}"),
+    )
+}
+
+/// A remote listing item as a context entry spec (the record's own fields only).
+fn entry_of(item: &Value, remote: &str) -> Result<ContextEntrySpec, String> {
+    let id = item["id"]
+        .as_str()
+        .ok_or("an item without an `id`")?
+        .to_owned();
+    let kind: ContextKind =
+        serde_json::from_value(item["kind"].clone()).map_err(|_| "an unknown `kind`")?;
+    let tags = match &item["tags"] {
+        Value::Null => Vec::new(),
+        other => serde_json::from_value(other.clone()).map_err(|_| "`tags` is not a list")?,
+    };
+    let fabric_governance = match &item["fabric_governance"] {
+        Value::Null => None,
+        other => Some(
+            serde_json::from_value(other.clone()).map_err(|_| "malformed `fabric_governance`")?,
+        ),
+    };
+    Ok(ContextEntrySpec {
+        uri: Some(format!("{remote}/v1/context/{id}")),
+        id,
+        kind,
+        title: item["title"].as_str().unwrap_or_default().to_owned(),
+        schema_or_body: item["schema_or_body"].clone(),
+        tags,
+        fabric_governance,
+    })
+}
+
+impl App {
+    /// Pulls the remote's context entries into `scope`.
+    pub async fn handshake(
+        &self,
+        scope: &CallerScope,
+        request: HandshakeRequest,
+    ) -> Result<HandshakeReport, Problem> {
+        let remote = check_remote(&request.remote, &self.settings.upstream.allowed_hosts)?;
+        let base = remote.as_str().trim_end_matches('/').to_owned();
+        let max_chars = clamp_max_chars(request.max_chars, self.settings.handshake_max_chars);
+        let client = FabricClient::new(
+            &base,
+            request.remote_key.as_deref(),
+            Duration::from_secs(30),
+        )
+        .map_err(remote_problem)?;
+        let mut report = HandshakeReport {
+            remote: base.clone(),
+            max_chars,
+            ..HandshakeReport::default()
+        };
+        let entries = self.store.context_entries();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut query = vec![("limit", "100")];
+            if let Some(a) = &after {
+                query.push(("after", a.as_str()));
+            }
+            let bytes = client
+                .get_path("/v1/context", &query, PAGE_BYTES)
+                .await
+                .map_err(remote_problem)?;
+            let page = json::parse_strict(&bytes)
+                .map_err(|p| remote_problem(format!("its listing is not JSON: {}", p.detail)))?;
+            let items = page["items"]
+                .as_array()
+                .ok_or_else(|| remote_problem("its listing has no `items`".into()))?;
+            for item in items {
+                let id = item["id"].as_str().unwrap_or("(no id)").to_owned();
+                if !request.ids.is_empty() && !request.ids.contains(&id) {
+                    continue;
+                }
+                report.pulled += 1;
+                let mut spec = match entry_of(item, &base) {
+                    Ok(spec) => spec,
+                    Err(reason) => {
+                        report.refused.push(HandshakeRefusal {
+                            id,
+                            reason: reason.to_owned(),
+                        });
+                        continue;
+                    }
+                };
+                match fit(&mut spec, max_chars) {
+                    Ok(Some(cut)) => report.cuts.push(cut),
+                    Ok(None) => {}
+                    Err(reason) => {
+                        report.refused.push(HandshakeRefusal { id, reason });
+                        continue;
+                    }
+                }
+                if let Err(p) = spec.validate() {
+                    report.refused.push(HandshakeRefusal {
+                        id,
+                        reason: p.detail,
+                    });
+                    continue;
+                }
+                let now = self.clock.now();
+                let written = match entries.get(scope, &spec.id).await {
+                    Ok(None) => entries.create(scope, &spec, now).await.map(|_| 0),
+                    Ok(Some(old)) if old.spec.uri != spec.uri => {
+                        report.refused.push(HandshakeRefusal {
+                            id,
+                            reason: "an entry of this id exists and did not come from this remote"
+                                .into(),
+                        });
+                        continue;
+                    }
+                    Ok(Some(old)) if old.spec == spec => Ok(2),
+                    Ok(Some(old)) => entries
+                        .update(scope, &spec, old.version, now)
+                        .await
+                        .map(|_| 1),
+                    Err(e) => Err(e),
+                };
+                match written {
+                    Ok(0) => report.created += 1,
+                    Ok(1) => report.updated += 1,
+                    Ok(_) => report.unchanged += 1,
+                    Err(e) => report.refused.push(HandshakeRefusal {
+                        id,
+                        reason: e.to_string(),
+                    }),
+                }
+            }
+            match page["next_after"].as_str() {
+                Some(next) if !items.is_empty() => after = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        self.rules.invalidate(scope);
+        Ok(report)
+    }
+}

@@ -1,0 +1,116 @@
+//! Remote handshake sync (H07) between two real Herma servers.
+
+use herma_test_support::{Backend, spawn_app};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::req;
+
+#[tokio::test]
+async fn h07_remote_handshake_clamps_max_chars() {
+    let remote = spawn_app(Backend::Memory, &[]).await;
+    let remote_key = remote.key("route,configure", Some("claude-code")).await;
+    let long = "x".repeat(5000);
+    for entry in [
+        json!({"id": "long", "kind": "noun", "schema_or_body": long}),
+        json!({"id": "short", "kind": "verb", "title": "Short", "schema_or_body": "Run the tests.", "tags": ["ci"]}),
+        json!({"id": "object", "kind": "detail", "schema_or_body": {"fields": "y".repeat(500)}}),
+    ] {
+        let got = req(Method::POST, "/v1/context")
+            .key(&remote_key)
+            .harness("claude-code")
+            .json(entry)
+            .send(&remote)
+            .await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+
+    let local = spawn_app(Backend::Sqlite, &[("HERMA_HANDSHAKE_MAX_CHARS", "100")]).await;
+    let key = local.key("route,configure", Some("codex")).await;
+    let ask = json!({"remote": remote.url(""), "remote_key": remote_key, "max_chars": 1_000_000});
+    let got = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .harness("codex")
+        .json(ask.clone())
+        .send(&local)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    let report = got.2;
+    assert_eq!(
+        report["max_chars"], 100,
+        "clamped to the operator's ceiling"
+    );
+    assert_eq!(
+        (report["pulled"].clone(), report["created"].clone()),
+        (json!(3), json!(2))
+    );
+    assert_eq!(
+        report["cuts"],
+        json!([{"id": "long", "original_chars": 5000, "kept_chars": 100}])
+    );
+    assert_eq!(report["refused"][0]["id"], "object");
+    let stored = req(Method::GET, "/v1/context/long")
+        .key(&key)
+        .send(&local)
+        .await;
+    assert_eq!(stored.2["schema_or_body"].as_str().unwrap().len(), 100);
+    assert_eq!(
+        stored.2["uri"],
+        format!("{}/v1/context/long", remote.url(""))
+    );
+    let short = req(Method::GET, "/v1/context/short")
+        .key(&key)
+        .send(&local)
+        .await;
+    assert_eq!(short.2["tags"], json!(["ci"]));
+
+    // A lower ask is honoured; the same pull again changes nothing.
+    let again = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .harness("codex")
+        .json(json!({"remote": remote.url(""), "remote_key": remote_key, "max_chars": 10, "ids": ["short"]}))
+        .send(&local)
+        .await;
+    assert_eq!(again.2["max_chars"], 10);
+    assert_eq!(again.2["pulled"], 1);
+    assert_eq!(again.2["updated"], 1, "{}", again.2);
+    let same = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .harness("codex")
+        .json(json!({"remote": remote.url(""), "remote_key": remote_key, "max_chars": 10, "ids": ["short"]}))
+        .send(&local)
+        .await;
+    assert_eq!(same.2["unchanged"], 1);
+
+    // Configure scope and harness attestation are required.
+    let no_harness = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .json(ask.clone())
+        .send(&local)
+        .await;
+    assert_eq!(no_harness.0, StatusCode::FORBIDDEN);
+    let route_only = local.key("route", Some("codex")).await;
+    let refused = req(Method::POST, "/v1/handshake")
+        .key(&route_only)
+        .harness("codex")
+        .json(ask.clone())
+        .send(&local)
+        .await;
+    assert_eq!(refused.0, StatusCode::FORBIDDEN);
+
+    // A remote whose host is not on the allowlist is refused before any request.
+    let strict = spawn_app(
+        Backend::Memory,
+        &[("HERMA_ALLOWED_UPSTREAM_HOSTS", "localhost")],
+    )
+    .await;
+    let strict_key = strict.key("configure", Some("codex")).await;
+    let got = req(Method::POST, "/v1/handshake")
+        .key(&strict_key)
+        .harness("codex")
+        .json(ask)
+        .send(&strict)
+        .await;
+    assert_eq!(got.0, StatusCode::FORBIDDEN, "{}", got.2);
+    assert_eq!(got.2["code"], "upstream_host_refused");
+}
