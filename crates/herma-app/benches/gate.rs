@@ -40,6 +40,7 @@ fn bench_gate(c: &mut Criterion) {
                 scopes: Scopes::parse_list("route", "s").expect("scopes"),
                 harness: None,
                 label: String::new(),
+                cohorts: Vec::new(),
             })
             .await
             .expect("key");

@@ -90,7 +90,7 @@ impl App {
         let client = FabricClient::new(
             &base,
             request.remote_key.as_deref(),
-            Duration::from_secs(30),
+            Duration::from_millis(self.settings.tessera_timeout_ms),
         )
         .map_err(remote_problem)?;
         let mut report = HandshakeReport {

@@ -25,6 +25,10 @@ pub struct NewKey {
     /// A note for the operator (where the key is used).
     #[serde(default)]
     pub label: String,
+    /// Cohorts the caller belongs to (governed records scoped to a cohort become visible).
+    #[serde(default)]
+    #[schema(example = json!(["platform"]))]
+    pub cohorts: Vec<String>,
 }
 
 /// A key as issued: the only time the secret is shown.
@@ -44,6 +48,8 @@ pub struct IssuedKey {
     pub harness: Option<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub label: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cohorts: Vec<String>,
 }
 
 impl NewKey {
@@ -63,6 +69,14 @@ impl NewKey {
                 "a key with the configure scope must name its harness (e.g. claude-code)",
             )),
             None => {}
+        }
+        if self.cohorts.len() > 32 {
+            errors.push(FieldError::new("/cohorts", "at most 32 cohorts"));
+        }
+        for (i, cohort) in self.cohorts.iter().enumerate() {
+            if let Some(problem) = harness_problem(cohort) {
+                errors.push(FieldError::new(format!("/cohorts/{i}"), problem));
+            }
         }
         if self.label.chars().count() > MAX_LABEL_CHARS {
             errors.push(FieldError::new(
@@ -97,6 +111,7 @@ impl App {
             scopes: request.scopes.clone(),
             harness: request.harness.clone(),
             label: request.label.clone(),
+            cohorts: request.cohorts.clone(),
             digest: material.digest.clone(),
             created_at: self.clock.now(),
             revoked_at: None,
@@ -112,6 +127,7 @@ impl App {
             scopes: record.scopes,
             harness: record.harness,
             label: record.label,
+            cohorts: record.cohorts,
         })
     }
 

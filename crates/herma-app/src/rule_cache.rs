@@ -174,19 +174,14 @@ impl RuleCache {
         // The governance lens (H12, H19): a built-in fires (or is shimmed) only with
         // fabric_governance that admits this caller and its harness; a caller's own governed
         // record the same way.
-        let harness = match scope.as_str().strip_prefix("key:").and_then(KeyId::parse) {
-            Some(key_id) => self
-                .store
-                .find_key(&key_id)
-                .await
-                .map_err(internal)?
-                .and_then(|k| k.harness),
+        let key = match scope.as_str().strip_prefix("key:").and_then(KeyId::parse) {
+            Some(key_id) => self.store.find_key(&key_id).await.map_err(internal)?,
             None => None,
         };
         let requester = Requester {
             caller: scope,
-            harness: harness.as_deref(),
-            cohorts: &[],
+            harness: key.as_ref().and_then(|k| k.harness.as_deref()),
+            cohorts: key.as_ref().map_or(&[][..], |k| &k.cohorts[..]),
         };
         let mut refused = Vec::new();
         let mut admitted = |kind: &'static str,

@@ -51,8 +51,8 @@ pub trait TesseraSource: Send + Sync {
 pub struct HttpSource(FabricClient);
 
 impl HttpSource {
-    pub fn new(base: &str, token: Option<&str>) -> Result<Self, Problem> {
-        FabricClient::new(base, token, Duration::from_secs(30))
+    pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Result<Self, Problem> {
+        FabricClient::new(base, token, timeout)
             .map(Self)
             .map_err(|e| Problem::new(ProblemCode::Internal, e))
     }
@@ -220,6 +220,7 @@ impl App {
         let source = HttpSource::new(
             url,
             self.settings.tessera_token.as_ref().map(|t| t.expose()),
+            Duration::from_millis(self.settings.tessera_timeout_ms),
         )?;
         let report = self.tessera_sync(&source, after, &mut |_| {}).await?;
         tracing::info!(

@@ -22,6 +22,10 @@ pub enum KeysCommand {
         /// A note for yourself: where the key is used.
         #[arg(long, value_name = "TEXT", default_value = "")]
         label: String,
+        /// A cohort the caller belongs to (repeatable): cohort-scoped governed records become
+        /// visible to it.
+        #[arg(long = "cohort", value_name = "NAME")]
+        cohorts: Vec<String>,
         /// Print JSON: {"key", "key_id", "caller_scope", "scopes", …}.
         #[arg(long)]
         json: bool,
@@ -50,6 +54,7 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
             admin,
             harness,
             label,
+            cohorts,
             json,
             db,
         } => {
@@ -63,6 +68,7 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
                     scopes,
                     harness,
                     label,
+                    cohorts,
                 })
                 .await?;
             if json {

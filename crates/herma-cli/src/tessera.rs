@@ -43,6 +43,7 @@ pub async fn run(command: TesseraCommand) -> Result<(), Failure> {
         (None, Some(url)) => Box::new(HttpSource::new(
             url,
             settings.tessera_token.as_ref().map(|t| t.expose()),
+            std::time::Duration::from_millis(settings.tessera_timeout_ms),
         )?),
         (None, None) => {
             return Err(Failure::usage(

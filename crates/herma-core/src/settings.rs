@@ -246,6 +246,12 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "The Tessera endpoint `herma tessera sync` pulls governed records from (docs/tessera.md).",
     },
     SettingInfo {
+        name: "HERMA_TESSERA_TIMEOUT_MS",
+        secret: false,
+        default: "30000",
+        description: "How long one Tessera (or handshake remote) request may take before the sync stops with a resume cursor.",
+    },
+    SettingInfo {
         name: "HERMA_TESSERA_TOKEN",
         secret: true,
         default: "unset",
@@ -439,6 +445,7 @@ pub struct Settings {
     /// Where governed records come from, with its credential.
     pub tessera_url: Option<String>,
     pub tessera_token: Option<Secret>,
+    pub tessera_timeout_ms: u64,
 }
 
 /// An invalid setting, by name.
@@ -540,6 +547,7 @@ impl Settings {
 
         let shim_max_chars = number("HERMA_SHIM_MAX_CHARS", 8000, 256, 1_000_000);
         let handshake_max_chars = number("HERMA_HANDSHAKE_MAX_CHARS", 4000, 16, 1_000_000);
+        let tessera_timeout_ms = number("HERMA_TESSERA_TIMEOUT_MS", 30_000, 100, 600_000);
         let proxy_max_body_bytes = number(
             "HERMA_PROXY_MAX_BODY_BYTES",
             32 * 1024 * 1024,
@@ -753,6 +761,7 @@ impl Settings {
                 tiers,
                 tessera_url,
                 tessera_token,
+                tessera_timeout_ms,
             })
         } else {
             Err(errors)

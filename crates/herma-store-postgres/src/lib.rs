@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "rule_vectors",
         include_str!("../migrations/0004_rule_vectors.sql"),
     ),
+    (
+        5,
+        "key_cohorts",
+        include_str!("../migrations/0005_key_cohorts.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serializes migrations across processes.
@@ -127,8 +132,8 @@ const DOC_COLUMNS: &str = "caller_scope, id, version, body, created_at, updated_
 impl KeyStore for PgStore {
     async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest, created_at, revoked_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest, created_at, revoked_at, cohorts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(key.key_id.as_str())
         .bind(key.caller_scope.as_str())
@@ -138,6 +143,7 @@ impl KeyStore for PgStore {
         .bind(key.digest.to_hex())
         .bind(key.created_at.as_millis())
         .bind(key.revoked_at.map(Timestamp::as_millis))
+        .bind(to_json(&serde_json::json!(key.cohorts))?)
         .execute(&self.pool)
         .await
         .map_err(backend)?;

@@ -91,6 +91,7 @@ pub fn key_from_row(row: &impl SqlRow) -> StoreResult<HarnessKey> {
             .map_err(|_| corrupt("scopes"))?,
         harness: row.opt_text("harness")?,
         label: row.text("label")?,
+        cohorts: serde_json::from_str(&row.text("cohorts")?).map_err(|_| corrupt("cohorts"))?,
         digest: KeyDigest::from_hex(&row.text("digest")?).ok_or_else(|| corrupt("digest"))?,
         created_at: time(row, "created_at")?,
         revoked_at: row.opt_int("revoked_at")?.map(Timestamp::from_millis),

@@ -41,6 +41,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "rule_vectors",
         include_str!("../migrations/0004_rule_vectors.sql"),
     ),
+    (
+        5,
+        "key_cohorts",
+        include_str!("../migrations/0005_key_cohorts.sql"),
+    ),
 ];
 
 /// Receipts per INSERT statement (5 parameters each, far below SQLite's limit).
@@ -104,8 +109,8 @@ const DOC_COLUMNS: &str = "caller_scope, id, version, body, created_at, updated_
 impl KeyStore for SqliteStore {
     async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest, created_at, revoked_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest, created_at, revoked_at, cohorts)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(key.key_id.as_str())
         .bind(key.caller_scope.as_str())
@@ -115,6 +120,7 @@ impl KeyStore for SqliteStore {
         .bind(key.digest.to_hex())
         .bind(key.created_at.as_millis())
         .bind(key.revoked_at.map(Timestamp::as_millis))
+        .bind(to_json(&serde_json::json!(key.cohorts))?)
         .execute(&self.pool)
         .await
         .map_err(backend)?;

@@ -119,6 +119,7 @@ fn key(scopes: &[Scope], created: i64) -> HarnessKey {
         scopes: Scopes::new(scopes.iter().copied()),
         harness: Some("claude-code".into()),
         label: "test".into(),
+        cohorts: vec!["platform".into(), "research".into()],
         digest: KeyDigest::of(&format!("secret-{created}")),
         created_at: at(created),
         revoked_at: None,

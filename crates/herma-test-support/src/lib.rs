@@ -135,6 +135,7 @@ impl TestApp {
                 scopes,
                 harness: harness.map(str::to_owned),
                 label: String::new(),
+                cohorts: Vec::new(),
             })
             .await
             .expect("issue key")

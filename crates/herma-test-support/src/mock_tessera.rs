@@ -23,6 +23,10 @@ struct Published {
     /// Pages at or after this cursor fail with 503 (a stalled or broken Tessera).
     fail_from: Option<usize>,
     redirect: bool,
+    /// Pages are answered only after this long (a stalled Tessera).
+    stall: Option<std::time::Duration>,
+    /// Pages hold every record, whatever `limit` says (an oversized page).
+    ignore_limit: bool,
     pages_served: usize,
 }
 
@@ -84,6 +88,14 @@ impl MockTessera {
         self.shared.0.lock().expect("lock").redirect = on;
     }
 
+    pub fn stall(&self, for_: Option<std::time::Duration>) {
+        self.shared.0.lock().expect("lock").stall = for_;
+    }
+
+    pub fn ignore_limit(&self, on: bool) {
+        self.shared.0.lock().expect("lock").ignore_limit = on;
+    }
+
     pub fn pages_served(&self) -> usize {
         self.shared.0.lock().expect("lock").pages_served
     }
@@ -103,6 +115,10 @@ async fn records(
     if !authorized(&headers) {
         return (StatusCode::UNAUTHORIZED, "bad token").into_response();
     }
+    let stall = shared.0.lock().expect("lock").stall;
+    if let Some(stall) = stall {
+        tokio::time::sleep(stall).await;
+    }
     let mut published = shared.0.lock().expect("lock");
     if published.redirect {
         return (
@@ -111,11 +127,15 @@ async fn records(
         )
             .into_response();
     }
-    let limit: usize = query
-        .get("limit")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(100)
-        .clamp(1, 500);
+    let limit: usize = if published.ignore_limit {
+        published.records.len().max(1)
+    } else {
+        query
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(100)
+            .clamp(1, 500)
+    };
     let start: usize = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
     if published.fail_from.is_some_and(|f| start >= f) {
         return (StatusCode::SERVICE_UNAVAILABLE, "try later").into_response();

@@ -21,6 +21,10 @@ pub struct HarnessKey {
     #[serde(skip_serializing_if = "String::is_empty")]
     #[cfg_attr(feature = "openapi", schema(example = "laptop"))]
     pub label: String,
+    /// Cohorts the key's caller belongs to: `cohort`-scoped governed records are visible to it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(example = json!(["platform"])))]
+    pub cohorts: Vec<String>,
     #[serde(skip)]
     pub digest: KeyDigest,
     pub created_at: Timestamp,

@@ -247,3 +247,49 @@ async fn a_callers_own_governed_record_is_held_to_the_lens_too() {
             .any(|r| r["kind"] == "context_entry" && r["id"] == "noun.held")
     );
 }
+
+#[tokio::test]
+async fn cohort_scoped_starters_fire_for_keys_in_that_cohort_only() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let admin = app.key("route,configure,admin", Some("claude-code")).await;
+    let got = req(Method::POST, "/v1/provisions?scope=system_builtin")
+        .key(&admin)
+        .harness("claude-code")
+        .json(starter(
+            "s.platform",
+            "kilo",
+            Some(json!({"status": "verified", "producer": "agora", "visibility_scope": "cohort", "cohorts": ["platform"]})),
+        ))
+        .send(&app)
+        .await;
+    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    let issued = req(Method::POST, "/v1/admin/keys")
+        .key(&admin)
+        .json(json!({"scopes": ["route"], "cohorts": ["platform"]}))
+        .send(&app)
+        .await;
+    assert_eq!(issued.0, StatusCode::CREATED, "{}", issued.2);
+    assert_eq!(issued.2["cohorts"], json!(["platform"]));
+    let member = issued.2["key"].as_str().unwrap().to_owned();
+    let outsider = app.key("route", Some("claude-code")).await;
+    assert_eq!(
+        dry_run(&app, &member, "kilo").await["provision_id"],
+        "s.platform"
+    );
+    let report = dry_run(&app, &outsider, "kilo").await;
+    assert_eq!(report["decision"], "forward");
+    assert!(
+        report["governance_refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == "s.platform" && r["code"] == "not_in_cohort")
+    );
+    let bad = req(Method::POST, "/v1/admin/keys")
+        .key(&admin)
+        .json(json!({"scopes": ["route"], "cohorts": ["no spaces allowed"]}))
+        .send(&app)
+        .await;
+    assert_eq!(bad.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad.2["errors"][0]["pointer"], "/cohorts/0");
+}

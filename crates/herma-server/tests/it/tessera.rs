@@ -37,7 +37,12 @@ fn noun(version: u64, body: &str) -> Value {
 }
 
 async fn sync(app: &TestApp, tessera: &MockTessera, after: Option<&str>) -> SyncReport {
-    let source = HttpSource::new(&tessera.url(), Some(TOKEN)).unwrap();
+    let source = HttpSource::new(
+        &tessera.url(),
+        Some(TOKEN),
+        std::time::Duration::from_millis(500),
+    )
+    .unwrap();
     let mut pages = Vec::new();
     let report = app
         .app
@@ -367,4 +372,45 @@ async fn an_oversized_blob_is_never_fetched_whole_and_its_record_never_served() 
         .cloned()
         .unwrap();
     assert_eq!(refusal["code"], "blob_not_fetched");
+}
+
+#[tokio::test]
+async fn a_stalled_tessera_and_an_oversized_page_stop_the_sync_without_writing() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let tessera = MockTessera::start().await;
+    let records: Vec<Value> = (0..501)
+        .map(|i| {
+            starter(
+                &format!("o{i:03}"),
+                &format!("o{i}"),
+                1,
+                governance("verified"),
+            )
+        })
+        .collect();
+    tessera.publish(records);
+    tessera.ignore_limit(true);
+    let oversized = sync(&app, &tessera, None).await;
+    assert!(
+        oversized
+            .stopped
+            .as_deref()
+            .unwrap()
+            .contains("at most 500"),
+        "{oversized:?}"
+    );
+    assert_eq!((oversized.records, oversized.created), (0, 0));
+
+    tessera.ignore_limit(false);
+    tessera.stall(Some(std::time::Duration::from_secs(3)));
+    let stalled = sync(&app, &tessera, None).await;
+    assert!(
+        stalled.stopped.as_deref().unwrap().contains("timed out"),
+        "{stalled:?}"
+    );
+    assert_eq!(stalled.created, 0);
+    assert_eq!(
+        stalled.resume_after, None,
+        "stopped on the first page: run again from the start"
+    );
 }

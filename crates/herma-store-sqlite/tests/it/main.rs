@@ -33,7 +33,13 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
-            ["initial", "revisions_and_claims", "memory", "rule_vectors"]
+            [
+                "initial",
+                "revisions_and_claims",
+                "memory",
+                "rule_vectors",
+                "key_cohorts"
+            ]
         );
         let spec = herma_store::conformance::provision("p", "k");
         store
