@@ -120,6 +120,7 @@ impl Gate {
                             caller_scope: k.caller_scope,
                             scopes: k.scopes,
                             harness: k.harness,
+                            cohorts: k.cohorts,
                         },
                     }),
                     fetched_at: now,

@@ -18,6 +18,7 @@ pub trait Managed: Document<Stored: serde::Serialize + Sync> + Clone {
     /// What to call one record in messages, e.g. `provision`.
     const NOUN: &'static str;
     fn validate(&self) -> Result<(), Problem>;
+    fn governance(&self) -> Option<&herma_core::governance::FabricGovernance>;
 }
 
 impl Managed for ProvisionSpec {
@@ -25,12 +26,36 @@ impl Managed for ProvisionSpec {
     fn validate(&self) -> Result<(), Problem> {
         ProvisionSpec::validate(self)
     }
+    fn governance(&self) -> Option<&herma_core::governance::FabricGovernance> {
+        self.fabric_governance.as_ref()
+    }
 }
 
 impl Managed for ContextEntrySpec {
     const NOUN: &'static str = "context entry";
     fn validate(&self) -> Result<(), Problem> {
         ContextEntrySpec::validate(self)
+    }
+    fn governance(&self) -> Option<&herma_core::governance::FabricGovernance> {
+        self.fabric_governance.as_ref()
+    }
+}
+
+/// Whether a non-admin principal may read a built-in record: the governance lens decides, so a
+/// quarantined or otherwise refused record is refused on every surface (H12).
+fn visible_builtin<D: Managed>(principal: &Principal, spec: &D) -> bool {
+    match principal {
+        Principal::Bootstrap => true,
+        Principal::Key(k) if k.scopes.contains(herma_core::key::Scope::Admin) => true,
+        Principal::Key(k) => herma_core::governance::admit(
+            spec.governance(),
+            &herma_core::governance::Requester {
+                caller: &k.caller_scope,
+                harness: k.harness.as_deref(),
+                cohorts: &k.cohorts,
+            },
+        )
+        .is_ok(),
     }
 }
 
@@ -167,6 +192,7 @@ impl App {
             .get(&CallerScope::system_builtin(), id)
             .await
             .map_err(internal)?
+            .filter(|b| visible_builtin(principal, D::spec_of(b)))
             .ok_or_else(|| Problem::not_found(D::NOUN, id))
     }
 
@@ -181,7 +207,28 @@ impl App {
             Partition::Own => own_scope(principal)?.clone(),
             Partition::Builtin => CallerScope::system_builtin(),
         };
-        self.typed::<D>().list(&scope, page).await.map_err(internal)
+        let typed = self.typed::<D>();
+        if partition == Partition::Own {
+            return typed.list(&scope, page).await.map_err(internal);
+        }
+        // Built-ins the lens refuses this caller are left out; read on so a page stays full
+        // while more records exist (callers page on with the last id).
+        let mut out = Vec::new();
+        let mut cursor = page.clone();
+        loop {
+            let batch = typed.list(&scope, &cursor).await.map_err(internal)?;
+            let full = batch.len() as u32 == cursor.limit;
+            cursor.after = batch.last().map(|r| D::spec_of(r).id().to_owned());
+            out.extend(
+                batch
+                    .into_iter()
+                    .filter(|r| visible_builtin(principal, D::spec_of(r))),
+            );
+            if !full || out.len() as u32 >= page.limit {
+                out.truncate(page.limit as usize);
+                return Ok(out);
+            }
+        }
     }
 
     pub async fn update_record<D: Managed>(

@@ -43,6 +43,8 @@ pub struct KeyPrincipal {
     pub caller_scope: CallerScope,
     pub scopes: Scopes,
     pub harness: Option<String>,
+    /// The key's cohorts (for cohort-scoped governed records).
+    pub cohorts: Vec<String>,
 }
 
 /// What an operation needs.
@@ -208,6 +210,7 @@ mod tests {
             key_id: id,
             scopes: Scopes::new(scopes.iter().copied()),
             harness: harness.map(str::to_owned),
+            cohorts: Vec::new(),
         })
     }
 

@@ -178,6 +178,65 @@ async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance(
     // The starters shipped with Herma carry passing governance and fire.
     let shipped = dry_run(&app, &claude, "/herma").await;
     assert_eq!(shipped["provision_id"], "herma.help");
+
+    // Refused on every surface: a caller's listing and reads of the built-ins leave refused
+    // records out (an admin, who manages them, sees all).
+    let ids = |listing: &Value| -> Vec<String> {
+        listing["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let seen = req(Method::GET, "/v1/provisions?scope=system_builtin&limit=2")
+        .key(&claude)
+        .send(&app)
+        .await;
+    let mut visible = ids(&seen.2);
+    let mut after = seen.2["next_after"].as_str().map(str::to_owned);
+    while let Some(a) = after {
+        let next = req(
+            Method::GET,
+            format!("/v1/provisions?scope=system_builtin&limit=2&after={a}"),
+        )
+        .key(&claude)
+        .send(&app)
+        .await;
+        assert!(next.2["items"].as_array().unwrap().len() <= 2);
+        visible.extend(ids(&next.2));
+        after = next.2["next_after"].as_str().map(str::to_owned);
+    }
+    for id in ["s.verified", "s.blob-ok", "herma.help"] {
+        assert!(visible.iter().any(|v| v == id), "{id} in {visible:?}");
+    }
+    for id in [
+        "s.quarantined",
+        "s.untrusted",
+        "s.codex-only",
+        "s.ungoverned",
+        "s.blob-bad",
+    ] {
+        assert!(
+            !visible.iter().any(|v| v == id),
+            "{id} hidden from {visible:?}"
+        );
+    }
+    let hidden = req(Method::GET, "/v1/provisions/s.quarantined")
+        .key(&claude)
+        .send(&app)
+        .await;
+    assert_eq!(hidden.0, StatusCode::NOT_FOUND);
+    let for_codex = req(Method::GET, "/v1/provisions/s.codex-only")
+        .key(&codex)
+        .send(&app)
+        .await;
+    assert_eq!(for_codex.0, StatusCode::OK);
+    let all = req(Method::GET, "/v1/provisions?scope=system_builtin&limit=100")
+        .key(&admin)
+        .send(&app)
+        .await;
+    assert!(ids(&all.2).iter().any(|v| v == "s.quarantined"));
 }
 
 #[tokio::test]
