@@ -345,6 +345,10 @@ pub async fn evaluate(
     envelope: &Envelope,
     mode: Mode,
 ) -> (Vec<RuleMatch>, Evaluation) {
+    // The common case: tier 1 only. Nothing per rule beyond the tier-1 index.
+    if !rules.has_later_tiers() {
+        return (rules.evaluate(envelope), Evaluation::default());
+    }
     let hits = rules.tier1(envelope);
     let mut report = Evaluation::default();
     let id = |r: usize| rules.rule(r).provision.spec.id.clone();

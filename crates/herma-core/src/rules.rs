@@ -81,6 +81,8 @@ pub struct RuleSet {
     glob_owners: Vec<(u32, u32)>,
     tools: HashMap<String, Vec<(u32, u32)>>,
     skipped: Vec<SkippedRule>,
+    /// Whether any rule has a semantic or micromodel trigger.
+    later_tiers: bool,
 }
 
 fn is_word(c: char) -> bool {
@@ -214,8 +216,18 @@ impl RuleSet {
             }
         }
         set.globs = GlobIndex::new(glob_patterns);
+        set.later_tiers = rules.iter().any(|r| {
+            let t = &r.provision.spec.triggers;
+            t.semantic.is_some() || t.micromodel.is_some()
+        });
         set.rules = rules;
         set
+    }
+
+    /// Whether any rule has a tier-2 or tier-3 trigger. Without one, [`RuleSet::evaluate`] is
+    /// the whole answer and the engine's per-rule bookkeeping can be skipped.
+    pub fn has_later_tiers(&self) -> bool {
+        self.later_tiers
     }
 
     pub fn rules(&self) -> &[Rule] {

@@ -263,3 +263,50 @@ fn a_settled_direct_answer_spares_every_lower_rule_its_tiers_2_and_3() {
         [(index_of(&set, "below"), OUTRANKED.to_owned())]
     );
 }
+
+#[test]
+fn without_later_tiers_the_engine_agrees_with_tier_one_alone() {
+    let s = set(&[
+        Rule {
+            keywords: &["deploy", "ship"],
+            ..rule("any")
+        },
+        Rule {
+            keywords: &["deploy", "prod"],
+            mode: TriggerMode::All,
+            ..rule("all")
+        },
+        Rule {
+            keywords: &["ship"],
+            priority: 5,
+            action: Action::RespondDirectly,
+            ..rule("answer")
+        },
+    ]);
+    assert!(!s.has_later_tiers());
+    for text in [
+        "deploy to prod",
+        "ship it",
+        "deploy",
+        "nothing here",
+        "ship and deploy prod",
+    ] {
+        let env = envelope(text);
+        let hits = s.tier1(&env);
+        let engine: Vec<(usize, Vec<String>)> = resolve(&s, &hits, &[], &[])
+            .into_iter()
+            .map(|m| (m.rule, m.triggers))
+            .collect();
+        let alone: Vec<(usize, Vec<String>)> = s
+            .evaluate(&env)
+            .into_iter()
+            .map(|m| (m.rule, m.triggers))
+            .collect();
+        assert_eq!(engine, alone, "{text}");
+    }
+    let with_semantic = set(&[Rule {
+        semantic: true,
+        ..rule("sem")
+    }]);
+    assert!(with_semantic.has_later_tiers());
+}
