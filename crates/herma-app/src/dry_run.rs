@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use herma_core::contributor::refuse_contributor_model;
+use herma_core::governance::Refusal;
 use herma_core::model::ShimmedRef;
 use herma_core::model::{MatchedRule, Tier};
 use herma_core::wire::direct::DirectAnswer;
@@ -151,6 +152,20 @@ pub fn placement(insertion: Option<&Insertion>) -> String {
     }
 }
 
+/// Which refused built-ins a report names: none in the public preview; for a caller, those
+/// refused for what they are (quarantined, untrusted, unverifiable), never those meant for other
+/// callers, cohorts or harnesses (their existence is not this caller's business).
+fn shows_builtin_refusal(scope: &CallerScope, why: &Refusal) -> bool {
+    !scope.is_system_builtin()
+        && !matches!(
+            why,
+            Refusal::NotInCohort
+                | Refusal::NotListedCaller
+                | Refusal::HarnessNotAdmitted(_)
+                | Refusal::UnknownVisibility(_)
+        )
+}
+
 impl App {
     pub async fn dry_run(
         &self,
@@ -196,6 +211,7 @@ impl App {
             governance_refused: snapshot
                 .refused
                 .iter()
+                .filter(|r| !r.builtin || shows_builtin_refusal(scope, &r.why))
                 .map(|r| GovernanceRefusal {
                     kind: r.kind,
                     id: r.id.clone(),

@@ -39,6 +39,9 @@ pub struct HandshakeReport {
     /// Entries cut to `max_chars`.
     pub cuts: Vec<Cut>,
     pub refused: Vec<HandshakeRefusal>,
+    /// Set when the remote stopped answering after some entries were written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 fn remote_problem(detail: String) -> Problem {
@@ -60,12 +63,8 @@ fn entry_of(item: &Value, remote: &str) -> Result<ContextEntrySpec, String> {
         Value::Null => Vec::new(),
         other => serde_json::from_value(other.clone()).map_err(|_| "`tags` is not a list")?,
     };
-    let fabric_governance = match &item["fabric_governance"] {
-        Value::Null => None,
-        other => Some(
-            serde_json::from_value(other.clone()).map_err(|_| "malformed `fabric_governance`")?,
-        ),
-    };
+    // A remote's governance claims are not taken on trust (Herma never verified them): a
+    // handshake brings the caller's own, ungoverned entries.
     Ok(ContextEntrySpec {
         uri: Some(format!("{remote}/v1/context/{id}")),
         id,
@@ -73,7 +72,7 @@ fn entry_of(item: &Value, remote: &str) -> Result<ContextEntrySpec, String> {
         title: item["title"].as_str().unwrap_or_default().to_owned(),
         schema_or_body: item["schema_or_body"].clone(),
         tags,
-        fabric_governance,
+        fabric_governance: None,
     })
 }
 
@@ -105,16 +104,33 @@ impl App {
             if let Some(a) = &after {
                 query.push(("after", a.as_str()));
             }
-            let bytes = client
-                .get_path("/v1/context", &query, PAGE_BYTES)
-                .await
-                .map_err(remote_problem)?;
-            let page = json::parse_strict(&bytes)
-                .map_err(|p| remote_problem(format!("its listing is not JSON: {}", p.detail)))?;
-            let items = page["items"]
-                .as_array()
-                .ok_or_else(|| remote_problem("its listing has no `items`".into()))?;
-            for item in items {
+            let page = match client.get_path("/v1/context", &query, PAGE_BYTES).await {
+                Ok(bytes) => json::parse_strict(&bytes)
+                    .map_err(|p| format!("its listing is not JSON: {}", p.detail)),
+                Err(e) => Err(e),
+            };
+            let items = match page.as_ref().map(|p| p["items"].as_array()) {
+                Ok(Some(items)) => items.clone(),
+                Ok(None) => Vec::new(),
+                Err(_) => Vec::new(),
+            };
+            let failure = match &page {
+                Err(e) => Some(e.clone()),
+                Ok(p) if p["items"].as_array().is_none() => {
+                    Some("its listing has no `items`".to_owned())
+                }
+                Ok(_) => None,
+            };
+            if let Some(why) = failure {
+                if report.pulled == 0 {
+                    return Err(remote_problem(why));
+                }
+                // Entries already written stay; say where it stopped.
+                report.stopped = Some(format!("the remote could not be read further: {why}"));
+                break;
+            }
+            let page = page.unwrap_or_default();
+            for item in &items {
                 let id = item["id"].as_str().unwrap_or("(no id)").to_owned();
                 if !request.ids.is_empty() && !request.ids.contains(&id) {
                     continue;
@@ -146,6 +162,17 @@ impl App {
                     continue;
                 }
                 let now = self.clock.now();
+                let builtin = entries
+                    .get(&CallerScope::system_builtin(), &spec.id)
+                    .await
+                    .map(|b| b.is_some());
+                if matches!(builtin, Ok(true)) {
+                    report.refused.push(HandshakeRefusal {
+                        id,
+                        reason: "a built-in entry has this id; it cannot be replaced".into(),
+                    });
+                    continue;
+                }
                 let written = match entries.get(scope, &spec.id).await {
                     Ok(None) => entries.create(scope, &spec, now).await.map(|_| 0),
                     Ok(Some(old)) if old.spec.uri != spec.uri => {

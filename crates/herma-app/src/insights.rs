@@ -51,10 +51,13 @@ impl App {
         let scope = own_scope(principal)?;
         let provisions = self.store.provisions();
         let own = provisions.list_all(scope).await.map_err(internal)?;
-        let builtins = provisions
+        let builtins: Vec<Provision> = provisions
             .list_all(&CallerScope::system_builtin())
             .await
-            .map_err(internal)?;
+            .map_err(internal)?
+            .into_iter()
+            .filter(|p| crate::records::visible_builtin(principal, &p.spec))
+            .collect();
         let stats: BTreeMap<String, RuleStats> = self
             .store
             .rule_stats(scope)
@@ -138,10 +141,13 @@ impl App {
         let scope = own_scope(principal)?;
         let provisions = self.store.provisions();
         let own = provisions.list_all(scope).await.map_err(internal)?;
-        let builtins = provisions
+        let builtins: Vec<Provision> = provisions
             .list_all(&CallerScope::system_builtin())
             .await
-            .map_err(internal)?;
+            .map_err(internal)?
+            .into_iter()
+            .filter(|p| crate::records::visible_builtin(principal, &p.spec))
+            .collect();
         let candidate = self
             .candidates(scope, &own, &builtins)
             .await?

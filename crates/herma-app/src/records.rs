@@ -43,7 +43,7 @@ impl Managed for ContextEntrySpec {
 
 /// Whether a non-admin principal may read a built-in record: the governance lens decides, so a
 /// quarantined or otherwise refused record is refused on every surface (H12).
-fn visible_builtin<D: Managed>(principal: &Principal, spec: &D) -> bool {
+pub(crate) fn visible_builtin<D: Managed>(principal: &Principal, spec: &D) -> bool {
     match principal {
         Principal::Bootstrap => true,
         Principal::Key(k) if k.scopes.contains(herma_core::key::Scope::Admin) => true,

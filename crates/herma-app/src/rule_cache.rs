@@ -59,8 +59,13 @@ impl RuleSnapshot {
 struct Cached {
     revisions: [Revisions; 2],
     checked_at: Timestamp,
+    built_at: Timestamp,
     snapshot: Arc<RuleSnapshot>,
 }
+
+/// A snapshot missing example vectors (the embedding model failed) is kept this long before
+/// the vectors are tried again, so an outage does not make every request retry them.
+const INCOMPLETE_RETRY_MS: i64 = 30_000;
 
 pub struct RuleCache {
     store: Arc<dyn Store>,
@@ -114,7 +119,7 @@ impl RuleCache {
                 {
                     return Ok(c.snapshot.clone());
                 }
-                Some(c) => Some((c.revisions, c.snapshot.clone())),
+                Some(c) => Some((c.revisions, c.snapshot.clone(), c.built_at)),
                 None => None,
             }
         };
@@ -129,12 +134,21 @@ impl RuleCache {
             revisions.first().copied().unwrap_or_default(),
             revisions.get(1).copied().unwrap_or_default(),
         ];
-        let snapshot = match cached_revisions {
-            Some((old, snapshot)) if old == revisions => snapshot,
-            _ => Arc::new(self.build(scope, &builtin, mode).await?),
+        let (snapshot, built_at) = match cached_revisions {
+            Some((old, snapshot, built_at))
+                if old == revisions
+                    && (snapshot.semantic.complete
+                        || now.as_millis() - built_at.as_millis() < INCOMPLETE_RETRY_MS) =>
+            {
+                (snapshot, built_at)
+            }
+            _ => (Arc::new(self.build(scope, &builtin, mode).await?), now),
         };
         let mut entries = self.entries.write().map_err(|_| internal_lock())?;
-        if self.generation.load(Ordering::SeqCst) != generation || !snapshot.semantic.complete {
+        // An offline build that could not ask a remote model is never cached: the next online
+        // request computes the vectors. An online build that failed is cached for a while.
+        let offline_gap = !snapshot.semantic.complete && mode == Mode::Offline;
+        if self.generation.load(Ordering::SeqCst) != generation || offline_gap {
             return Ok(snapshot);
         }
         if entries.len() >= MAX_CACHED_SCOPES {
@@ -145,6 +159,7 @@ impl RuleCache {
             Cached {
                 revisions,
                 checked_at: now,
+                built_at,
                 snapshot: snapshot.clone(),
             },
         );

@@ -37,6 +37,8 @@ use crate::error::internal;
 
 /// The largest page body Herma reads.
 pub const MAX_PAGE_BYTES: usize = 8 << 20;
+/// Pages one sync reads at most (then it stops with a resume cursor).
+pub const MAX_SYNC_PAGES: usize = 10_000;
 
 /// Where records come from.
 #[async_trait]
@@ -128,7 +130,7 @@ impl TesseraSource for FileSource {
                 .parse::<usize>()
                 .map_err(|_| format!("`{cursor}` is not a cursor of this file"))?,
         };
-        let end = (start + PAGE_LIMIT).min(self.records.len());
+        let end = start.saturating_add(PAGE_LIMIT).min(self.records.len());
         Ok(RecordPage {
             records: self.records.get(start..end).unwrap_or_default().to_vec(),
             next: (end < self.records.len()).then(|| end.to_string()),
@@ -245,9 +247,16 @@ impl App {
         let from_start = after.is_none();
         let mut cursor = after;
         let mut report = SyncReport::default();
-        let mut seen: BTreeSet<(bool, String)> = BTreeSet::new();
+        // Every record URI Tessera still publishes, refused or not: removal never deletes the
+        // last good version of a record that failed to read this time.
+        let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut blob_digests: BTreeMap<String, Option<String>> = BTreeMap::new();
         loop {
+            if report.pages as usize >= MAX_SYNC_PAGES {
+                report.resume_after = cursor.clone();
+                report.stopped = Some(format!("stopped after {MAX_SYNC_PAGES} pages"));
+                break;
+            }
             let page = match source.page(cursor.as_deref()).await {
                 Ok(page) => page,
                 Err(e) => {
@@ -264,6 +273,7 @@ impl App {
                     .and_then(Value::as_str)
                     .unwrap_or("(no uri)")
                     .to_owned();
+                seen.insert(uri.clone());
                 let record: TesseraRecord = match json::decode(raw) {
                     Ok(r) => r,
                     Err(p) => {
@@ -303,8 +313,6 @@ impl App {
                         continue;
                     }
                 };
-                let is_provision = matches!(converted, Converted::Provision(_));
-                seen.insert((is_provision, converted.id().to_owned()));
                 match self.write_synced(&converted).await {
                     Ok(written) => {
                         match written {
@@ -325,14 +333,23 @@ impl App {
             }
             progress(&report);
             match page.next {
+                Some(next) if cursor.as_deref() == Some(next.as_str()) => {
+                    report.resume_after = cursor.clone();
+                    report.stopped = Some("Tessera returned the same cursor again".into());
+                    break;
+                }
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
-        if from_start && report.stopped.is_none() {
-            report.removed = self.remove_unpublished(&seen).await?;
-        }
+        let removed = if from_start && report.stopped.is_none() {
+            self.remove_unpublished(&seen).await
+        } else {
+            Ok(0)
+        };
+        // Whatever was written is visible at once, even when removal failed.
         self.rules.invalidate(&CallerScope::system_builtin());
+        report.removed = removed?;
         Ok(report)
     }
 
@@ -346,11 +363,10 @@ impl App {
         }
     }
 
-    /// Deletes synced built-ins not in `seen` ((is provision, id)).
-    async fn remove_unpublished(&self, seen: &BTreeSet<(bool, String)>) -> Result<u32, Problem> {
+    /// Deletes synced built-ins whose record URI is not in `seen`.
+    async fn remove_unpublished(&self, seen: &BTreeSet<String>) -> Result<u32, Problem> {
         let store = self.store.as_ref();
-        Ok(remove(store.provisions(), seen, true).await?
-            + remove(store.context_entries(), seen, false).await?)
+        Ok(remove(store.provisions(), seen).await? + remove(store.context_entries(), seen).await?)
     }
 }
 
@@ -396,6 +412,12 @@ async fn upsert<D: Governed>(
         Some(old) if !synced(D::spec_of(&old).governance()) => {
             return Err("a built-in of this id exists and was not synced from Tessera".into());
         }
+        Some(old) if record_uri(D::spec_of(&old).governance()) != record_uri(spec.governance()) => {
+            return Err(format!(
+                "the id is taken by another Tessera record ({})",
+                record_uri(D::spec_of(&old).governance()).unwrap_or_default()
+            ));
+        }
         Some(old) if D::spec_of(&old) == spec => Ok(Written::Unchanged),
         Some(old) => typed
             .update(&scope, spec, D::version_of(&old), now)
@@ -405,17 +427,18 @@ async fn upsert<D: Governed>(
     .map_err(fail)
 }
 
-/// Deletes the synced built-ins of one kind that `seen` does not hold.
-async fn remove<D: Governed>(
-    typed: Typed<'_, D>,
-    seen: &BTreeSet<(bool, String)>,
-    provisions: bool,
-) -> Result<u32, Problem> {
+fn record_uri(governance: Option<&FabricGovernance>) -> Option<&str> {
+    governance.and_then(|g| g.record_uri.as_deref())
+}
+
+/// Deletes the synced built-ins of one kind whose record URI `seen` does not hold.
+async fn remove<D: Governed>(typed: Typed<'_, D>, seen: &BTreeSet<String>) -> Result<u32, Problem> {
     let scope = CallerScope::system_builtin();
     let mut removed = 0;
     for stored in typed.list_all(&scope).await.map_err(internal)? {
         let spec = D::spec_of(&stored);
-        if synced(spec.governance()) && !seen.contains(&(provisions, spec.id().to_owned())) {
+        let published = record_uri(spec.governance()).is_some_and(|u| seen.contains(u));
+        if synced(spec.governance()) && !published {
             typed
                 .delete(&scope, spec.id(), Some(D::version_of(&stored)))
                 .await

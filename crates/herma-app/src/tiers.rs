@@ -38,6 +38,8 @@ pub const OFFLINE_EMBEDDER: &str = "offline evaluation never calls the remote em
 pub const NO_EMBEDDER: &str = "no embedding model is configured (HERMA_EMBED_MODEL_DIR)";
 pub const NO_CLASSIFIER: &str = "no classifier is configured (HERMA_MICROMODEL_URL)";
 pub const NO_TEXT: &str = "the request has no user text to compare";
+/// Classifier calls one request makes at once.
+pub const MAX_PARALLEL_CLASSIFIER_CALLS: usize = 4;
 
 /// The configured models of tiers 2 and 3.
 #[derive(Clone, Default)]
@@ -391,7 +393,9 @@ pub async fn evaluate(
             report.embed_micros = started.elapsed().as_micros() as u64;
             match vector.map(|mut v| v.pop()) {
                 Ok(Some(query)) => {
-                    scores = semantic.index.score(&query, |r| wanted.contains(&r));
+                    scores = semantic
+                        .index
+                        .score(&query, |r| wanted.binary_search(&r).is_ok());
                     for &r in &wanted {
                         if let Some((_, why)) = no_vectors(r) {
                             skip(&mut report, r, Tier::Semantic, why);
@@ -477,24 +481,37 @@ pub async fn evaluate(
     {
         report.classifier_calls = u32::try_from(calls.len()).unwrap_or(u32::MAX);
         let timeout = tiers.classifier_timeout;
-        let asks = calls.iter().map(|&r| {
-            let classifier: &dyn Classifier = classifier.as_ref();
-            let trigger = rules.rule(r).provision.spec.triggers.micromodel.as_ref();
-            async move {
-                let Some(trigger) = trigger else {
-                    return (r, Outcome::Skipped(String::new()));
-                };
-                let outcome = tokio::time::timeout(
-                    timeout,
-                    classify(classifier, trigger, &envelope.user_text),
-                )
-                .await
-                .unwrap_or(Outcome::Failed(ClassifierError::Timeout));
-                (r, outcome)
-            }
-        });
-        outcomes.extend(futures_util::future::join_all(asks).await);
+        let asks: Vec<_> = calls
+            .iter()
+            .copied()
+            .map(|r| {
+                let classifier: &dyn Classifier = classifier.as_ref();
+                let trigger = rules.rule(r).provision.spec.triggers.micromodel.as_ref();
+                async move {
+                    let Some(trigger) = trigger else {
+                        return (r, Outcome::Skipped(String::new()));
+                    };
+                    let outcome = tokio::time::timeout(
+                        timeout,
+                        classify(classifier, trigger, &envelope.user_text),
+                    )
+                    .await
+                    .unwrap_or(Outcome::Failed(ClassifierError::Timeout));
+                    (r, outcome)
+                }
+            })
+            .collect();
+        // A few calls at a time: a request with many micromodel rules must not flood the
+        // classifier into rate limiting every one of them.
+        let answered: Vec<(usize, Outcome)> =
+            futures_util::StreamExt::collect(futures_util::StreamExt::buffered(
+                futures_util::stream::iter(asks),
+                MAX_PARALLEL_CLASSIFIER_CALLS,
+            ))
+            .await;
+        outcomes.extend(answered);
     }
+    outcomes.sort_by_key(|(r, _)| *r);
     for (r, outcome) in &outcomes {
         let spec = &rules.rule(*r).provision.spec;
         let activated = spec

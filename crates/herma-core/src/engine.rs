@@ -27,12 +27,19 @@ pub const FIRED_EARLIER: &str = "an earlier tier already fired the rule";
 pub const EARLIER_TIER_FAILED: &str = "an earlier tier of this `all` rule did not match";
 pub const OUTRANKED: &str = "a higher-priority rule already answers directly";
 
+// Hits and scores come in rule order (`RuleSet::tier1`, `SemanticIndex::score`), so lookups are
+// binary searches: the engine stays O(rules · log hits) however many rules a caller has.
 fn hit(hits: &[Tier1Hit], rule: usize) -> Option<&Tier1Hit> {
-    hits.iter().find(|h| h.rule == rule)
+    hits.binary_search_by_key(&rule, |h| h.rule)
+        .ok()
+        .map(|i| &hits[i])
 }
 
 fn semantic_of(scores: &[SemanticScore], rule: usize) -> Option<&SemanticScore> {
-    scores.iter().find(|s| s.rule == rule)
+    scores
+        .binary_search_by_key(&rule, |s| s.rule)
+        .ok()
+        .map(|i| &scores[i])
 }
 
 /// Tier-1 and tier-2 state of one rule.
@@ -148,6 +155,7 @@ pub fn micromodel_needs(set: &RuleSet, hits: &[Tier1Hit], semantic: &[SemanticSc
 
 /// Every rule that fired, in rule order, with the tier that fired it, its semantic score and
 /// its classifier confidence. Rules tier 2 or 3 did not evaluate count as not matching there.
+/// `hits`, `semantic` and `micromodel` are in rule order.
 pub fn resolve(
     set: &RuleSet,
     hits: &[Tier1Hit],
@@ -160,7 +168,10 @@ pub fn resolve(
         let triggers = &spec.triggers;
         let h = hit(hits, r);
         let sem = semantic_of(semantic, r);
-        let micro = micromodel.iter().find(|(m, _)| *m == r).map(|(_, o)| o);
+        let micro = micromodel
+            .binary_search_by_key(&r, |(m, _)| *m)
+            .ok()
+            .map(|i| &micromodel[i].1);
         let micro_fires = match (&triggers.micromodel, micro) {
             (Some(trigger), Some(outcome)) => outcome.activates(trigger, spec.action),
             _ => false,

@@ -209,7 +209,7 @@ pub fn verify_blob(uri: &str, content: &[u8]) -> Result<(), Refusal> {
 fn trusted(producer: &str) -> bool {
     TRUSTED_PRODUCERS
         .iter()
-        .any(|t| t.eq_ignore_ascii_case(producer.trim()))
+        .any(|t| t.eq_ignore_ascii_case(producer))
 }
 
 /// The lens: `Ok` when `governance` admits `who`, else the first reason it does not.

@@ -145,10 +145,10 @@ struct IndexedRule {
 /// Every example vector of a caller's semantic rules, in one matrix.
 ///
 /// Scoring scans an 8-bit copy of the matrix (a quarter of the memory traffic: 10,000 examples
-/// of 384 values are 3.8 MB instead of 15 MB) to find each rule's best example and best
-/// negative, then scores those two rows exactly in f32. The reported scores are exact; the
-/// 8-bit scan can only pick, among examples within about 0.01 of each other, a slightly lower
-/// one than the true best.
+/// of 384 values are 3.8 MB instead of 15 MB) to find each rule's best
+/// example, then scores it exactly in f32; negatives (a handful per rule) are all scored
+/// exactly. The reported scores are exact; the 8-bit scan can only pick, among examples within
+/// about 0.01 of each other, a slightly lower one than the true best.
 #[derive(Clone, Debug, Default)]
 pub struct SemanticIndex {
     dimensions: usize,
@@ -283,9 +283,12 @@ impl SemanticIndex {
                 let negatives = examples.end..examples.end + r.negatives;
                 let best = self.best_row(examples.clone(), &quantized)?;
                 let score = dot(query, self.row(best));
-                let negative = self
-                    .best_row(negatives.clone(), &quantized)
-                    .map(|row| (row - negatives.start, dot(query, self.row(row))));
+                // Negatives are few: score them all exactly, so the margin is never judged
+                // against anything but the truly closest one.
+                let negative = negatives
+                    .clone()
+                    .map(|row| (row - negatives.start, dot(query, self.row(row))))
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
                 let beats_negatives = negative.is_none_or(|(_, n)| score - n >= r.margin);
                 Some(SemanticScore {
                     rule: r.rule,
@@ -304,15 +307,17 @@ impl SemanticIndex {
 /// The dot product of two equally long vectors (cosine similarity for unit vectors). Eight
 /// independent accumulators let the compiler keep it in vector registers.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8;
+    let chunks = n / 8;
     for c in 0..chunks {
         for lane in 0..8 {
             acc[lane] += a[c * 8 + lane] * b[c * 8 + lane];
         }
     }
     let mut sum: f32 = acc.iter().sum();
-    for i in chunks * 8..a.len().min(b.len()) {
+    for i in chunks * 8..n {
         sum += a[i] * b[i];
     }
     sum

@@ -111,7 +111,7 @@ pub struct LocalEmbedder {
     model: Arc<Model>,
     identity: ModelIdentity,
     pool: Arc<rayon::ThreadPool>,
-    queue: Semaphore,
+    queue: Arc<Semaphore>,
     cache: Mutex<VectorCache>,
     report: ModelReport,
 }
@@ -205,7 +205,7 @@ impl LocalEmbedder {
             model: Arc::new(Model { bert, tokenizer }),
             identity: identity.clone(),
             pool: Arc::new(pool),
-            queue: Semaphore::new(options.max_queue.max(1)),
+            queue: Arc::new(Semaphore::new(options.max_queue.max(1))),
             cache: Mutex::new(VectorCache::new(options.cache_entries)),
             report: ModelReport {
                 dir: dir.to_path_buf(),
@@ -264,16 +264,24 @@ impl LocalEmbedder {
         if let Some(hit) = self.cache.lock().ok().and_then(|mut c| c.get(&key)) {
             return Ok(hit);
         }
-        let _permit = self
+        // The permit travels with the job: a caller that goes away (a client disconnect) does
+        // not free its slot until the pool has actually run the job, so the backlog stays bounded.
+        let permit = self
             .queue
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| EmbedError::Unavailable("the embedding pool is closed".into()))?;
         let (done, result) = oneshot::channel();
         let model = self.model.clone();
         let owned = text.to_owned();
         self.pool.spawn(move || {
-            let _ = done.send(model.embed(&owned));
+            // A panic inside the model must not take the process down with it.
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.embed(&owned)))
+                    .unwrap_or_else(|_| Err(EmbedError::Unavailable("the model panicked".into())));
+            let _ = done.send(outcome);
+            drop(permit);
         });
         let vector = Arc::new(
             result

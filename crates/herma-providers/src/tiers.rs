@@ -21,11 +21,13 @@ fn client(timeout: Duration) -> Result<reqwest::Client, String> {
         .map_err(|e| e.to_string())
 }
 
-fn host_of(base: &str) -> String {
-    reqwest::Url::parse(base)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        .unwrap_or_default()
+/// The endpoint part of a model identity: host, port and path (two endpoints on one host
+/// are different models).
+fn endpoint_of(base: &str) -> String {
+    base.trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned()
 }
 
 /// The tier-3 classifier over HTTP.
@@ -176,7 +178,7 @@ impl RemoteEmbedder {
                     "{}:{}@{}",
                     settings.protocol.as_str(),
                     settings.model,
-                    host_of(&settings.base)
+                    endpoint_of(&settings.base)
                 ),
                 dimensions: 0,
                 remote: true,

@@ -127,9 +127,12 @@ async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance(
                 .unwrap()
                 .iter()
                 .any(|r| r["id"] == id && r["kind"] == "provision" && r["builtin"] == true);
+            // Records meant for other harnesses or callers are not named to this one.
+            let for_others = ["s.codex-only", "s.for-one-caller"].contains(&id);
             assert_eq!(
-                refused, !fires,
-                "{id} is listed as refused exactly when it cannot fire"
+                refused,
+                !fires && !for_others,
+                "{id} is listed as refused exactly when it cannot fire for what it is"
             );
         }
     }
@@ -143,13 +146,29 @@ async fn h19_synced_starters_fire_for_routed_callers_only_with_their_governance(
     for expected in [
         ("s.quarantined", "quarantined"),
         ("s.untrusted", "untrusted_producer"),
-        ("s.codex-only", "harness_not_admitted"),
         ("s.ungoverned", "ungoverned"),
         ("s.blob-bad", "blob_digest_mismatch"),
-        ("s.for-one-caller", "not_listed_caller"),
     ] {
         assert!(reasons.contains(&expected), "{expected:?} in {reasons:?}");
     }
+    assert!(
+        !reasons
+            .iter()
+            .any(|(id, _)| *id == "s.codex-only" || *id == "s.for-one-caller"),
+        "{reasons:?}"
+    );
+    // The public preview names no refused built-in at all.
+    let preview: Value = app
+        .client
+        .post(app.url("/api/preview"))
+        .json(&json!({"protocol": "chat_completions", "body": {"model": "m", "messages": [{"role": "user", "content": "bravo"}]}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(preview["governance_refused"], json!([]), "{preview:#}");
 
     // The proxy decides the same way as the dry run: the verified starter answers without the
     // upstream, the quarantined one is forwarded.
@@ -338,11 +357,12 @@ async fn cohort_scoped_starters_fire_for_keys_in_that_cohort_only() {
     let report = dry_run(&app, &outsider, "kilo").await;
     assert_eq!(report["decision"], "forward");
     assert!(
-        report["governance_refused"]
+        !report["governance_refused"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["id"] == "s.platform" && r["code"] == "not_in_cohort")
+            .any(|r| r["id"] == "s.platform"),
+        "a cohort's record is not named to outsiders"
     );
     let bad = req(Method::POST, "/v1/admin/keys")
         .key(&admin)

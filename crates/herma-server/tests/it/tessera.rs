@@ -414,3 +414,36 @@ async fn a_stalled_tessera_and_an_oversized_page_stop_the_sync_without_writing()
         "stopped on the first page: run again from the start"
     );
 }
+
+#[tokio::test]
+async fn a_record_that_fails_to_read_keeps_its_last_good_version_and_ids_are_not_shared() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let tessera = MockTessera::start().await;
+    let good = starter("t.keep", "lima", 1, governance("verified"));
+    tessera.publish(vec![good.clone()]);
+    assert_eq!(sync(&app, &tessera, None).await.created, 1);
+
+    // Still published, but this version cannot be read: refused, and the stored one stays.
+    let mut broken = good.clone();
+    broken["provision"]["triggers"] = json!({});
+    let other = json!({
+        "uri": "tessera://records/starters/impostor", "kind": "starter", "version": 1,
+        "governance": governance("verified"),
+        "provision": {"id": "t.keep", "action": "respond_directly", "response": {"text": "impostor"}, "triggers": {"keywords": ["lima"]}}
+    });
+    tessera.publish(vec![broken, other]);
+    let report = sync(&app, &tessera, None).await;
+    assert_eq!(report.removed, 0, "{report:?}");
+    assert_eq!(report.refused.len(), 2, "{report:?}");
+    assert!(
+        report.refused[1].reason.contains("another Tessera record"),
+        "{report:?}"
+    );
+    let key = app.key("route", Some("claude-code")).await;
+    let kept = decision(&app, &key, "lima").await;
+    assert_eq!(
+        kept["tiers"]["keyword"][0]["provision_id"], "t.keep",
+        "{kept:#}"
+    );
+    assert!(!kept["direct_response"].to_string().contains("impostor"));
+}
