@@ -7,13 +7,16 @@ use std::time::Duration;
 use herma_core::handshake::{Cut, HandshakeRequest, check_remote, clamp_max_chars, fit};
 use herma_core::json;
 use herma_core::model::{ContextEntrySpec, ContextKind};
-use herma_core::{CallerScope, Problem, ProblemCode};
+use herma_core::{Problem, ProblemCode};
 use herma_providers::fabric::FabricClient;
 use herma_store::DocumentStoreExt;
 use serde::Serialize;
 use serde_json::Value;
 
+use herma_core::gate::Principal;
+
 use crate::App;
+use crate::records::{Partition, Upserted, own_scope, upsert};
 
 /// Pages read from a remote at most.
 const MAX_PAGES: usize = 100;
@@ -77,12 +80,13 @@ fn entry_of(item: &Value, remote: &str) -> Result<ContextEntrySpec, String> {
 }
 
 impl App {
-    /// Pulls the remote's context entries into `scope`.
+    /// Pulls the remote's context entries into the principal's own scope.
     pub async fn handshake(
         &self,
-        scope: &CallerScope,
+        principal: &Principal,
         request: HandshakeRequest,
     ) -> Result<HandshakeReport, Problem> {
+        let scope = own_scope(principal)?;
         let remote = check_remote(&request.remote, &self.settings.upstream.allowed_hosts)?;
         let base = remote.as_str().trim_end_matches('/').to_owned();
         let max_chars = clamp_max_chars(request.max_chars, self.settings.handshake_max_chars);
@@ -97,7 +101,6 @@ impl App {
             max_chars,
             ..HandshakeReport::default()
         };
-        let entries = self.store.context_entries();
         let mut after: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let mut query = vec![("limit", "100")];
@@ -161,43 +164,40 @@ impl App {
                     });
                     continue;
                 }
-                let now = self.clock.now();
-                let builtin = entries
-                    .get(&CallerScope::system_builtin(), &spec.id)
+                // The same rule as writing through the API: a built-in's id is not taken over.
+                if let Err(p) = self
+                    .write_scope::<ContextEntrySpec>(principal, Partition::Own, &spec.id)
                     .await
-                    .map(|b| b.is_some());
-                if matches!(builtin, Ok(true)) {
+                {
                     report.refused.push(HandshakeRefusal {
                         id,
-                        reason: "a built-in entry has this id; it cannot be replaced".into(),
+                        reason: p.detail,
                     });
                     continue;
                 }
-                let written = match entries.get(scope, &spec.id).await {
-                    Ok(None) => entries.create(scope, &spec, now).await.map(|_| 0),
-                    Ok(Some(old)) if old.spec.uri != spec.uri => {
-                        report.refused.push(HandshakeRefusal {
-                            id,
-                            reason: "an entry of this id exists and did not come from this remote"
-                                .into(),
-                        });
-                        continue;
+                let same_remote = |old: &ContextEntrySpec| {
+                    if old.uri == spec.uri {
+                        Ok(())
+                    } else {
+                        Err(
+                            "an entry of this id exists and did not come from this remote"
+                                .to_owned(),
+                        )
                     }
-                    Ok(Some(old)) if old.spec == spec => Ok(2),
-                    Ok(Some(old)) => entries
-                        .update(scope, &spec, old.version, now)
-                        .await
-                        .map(|_| 1),
-                    Err(e) => Err(e),
                 };
-                match written {
-                    Ok(0) => report.created += 1,
-                    Ok(1) => report.updated += 1,
-                    Ok(_) => report.unchanged += 1,
-                    Err(e) => report.refused.push(HandshakeRefusal {
-                        id,
-                        reason: e.to_string(),
-                    }),
+                match upsert(
+                    self.store.context_entries(),
+                    scope,
+                    &spec,
+                    self.clock.now(),
+                    same_remote,
+                )
+                .await
+                {
+                    Ok(Upserted::Created) => report.created += 1,
+                    Ok(Upserted::Updated) => report.updated += 1,
+                    Ok(Upserted::Unchanged) => report.unchanged += 1,
+                    Err(reason) => report.refused.push(HandshakeRefusal { id, reason }),
                 }
             }
             match page["next_after"].as_str() {

@@ -47,17 +47,27 @@ pub struct Insights {
 }
 
 impl App {
-    pub async fn insights(&self, principal: &Principal) -> Result<Insights, Problem> {
-        let scope = own_scope(principal)?;
+    /// The caller's provisions and the built-ins the governance lens lets it see.
+    async fn loaded_provisions(
+        &self,
+        principal: &Principal,
+        scope: &CallerScope,
+    ) -> Result<(Vec<Provision>, Vec<Provision>), Problem> {
         let provisions = self.store.provisions();
         let own = provisions.list_all(scope).await.map_err(internal)?;
-        let builtins: Vec<Provision> = provisions
+        let builtins = provisions
             .list_all(&CallerScope::system_builtin())
             .await
             .map_err(internal)?
             .into_iter()
             .filter(|p| crate::records::visible_builtin(principal, &p.spec))
             .collect();
+        Ok((own, builtins))
+    }
+
+    pub async fn insights(&self, principal: &Principal) -> Result<Insights, Problem> {
+        let scope = own_scope(principal)?;
+        let (own, builtins) = self.loaded_provisions(principal, scope).await?;
         let stats: BTreeMap<String, RuleStats> = self
             .store
             .rule_stats(scope)
@@ -139,15 +149,7 @@ impl App {
         id: &str,
     ) -> Result<Provision, Problem> {
         let scope = own_scope(principal)?;
-        let provisions = self.store.provisions();
-        let own = provisions.list_all(scope).await.map_err(internal)?;
-        let builtins: Vec<Provision> = provisions
-            .list_all(&CallerScope::system_builtin())
-            .await
-            .map_err(internal)?
-            .into_iter()
-            .filter(|p| crate::records::visible_builtin(principal, &p.spec))
-            .collect();
+        let (own, builtins) = self.loaded_provisions(principal, scope).await?;
         let candidate = self
             .candidates(scope, &own, &builtins)
             .await?

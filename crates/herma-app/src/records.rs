@@ -14,25 +14,39 @@ use crate::App;
 use crate::error::{internal, store_problem};
 
 /// A record type managed through the API.
-pub trait Managed: Document<Stored: serde::Serialize + Sync> + Clone {
+pub trait Managed: Document<Stored: serde::Serialize + Sync> + Clone + PartialEq {
     /// What to call one record in messages, e.g. `provision`.
     const NOUN: &'static str;
+    fn version_of(stored: &Self::Stored) -> u64;
     fn validate(&self) -> Result<(), Problem>;
     fn governance(&self) -> Option<&herma_core::governance::FabricGovernance>;
+    /// Whether the record needs example vectors (a semantic trigger).
+    fn needs_vectors(&self) -> bool {
+        false
+    }
 }
 
 impl Managed for ProvisionSpec {
     const NOUN: &'static str = "provision";
+    fn version_of(stored: &Self::Stored) -> u64 {
+        stored.version
+    }
     fn validate(&self) -> Result<(), Problem> {
         ProvisionSpec::validate(self)
     }
     fn governance(&self) -> Option<&herma_core::governance::FabricGovernance> {
         self.fabric_governance.as_ref()
     }
+    fn needs_vectors(&self) -> bool {
+        self.triggers.semantic.is_some()
+    }
 }
 
 impl Managed for ContextEntrySpec {
     const NOUN: &'static str = "context entry";
+    fn version_of(stored: &Self::Stored) -> u64 {
+        stored.version
+    }
     fn validate(&self) -> Result<(), Problem> {
         ContextEntrySpec::validate(self)
     }
@@ -134,7 +148,7 @@ impl App {
     }
 
     /// The scope a write lands in, refusing non-admin writes to built-ins.
-    async fn write_scope<D: Managed>(
+    pub(crate) async fn write_scope<D: Managed>(
         &self,
         principal: &Principal,
         partition: Partition,
@@ -174,6 +188,8 @@ impl App {
             .await
             .map_err(|e| store_problem(e, D::NOUN, record.id(), 0))?;
         self.rules.invalidate(&scope);
+        self.prepare_vectors(&scope, std::slice::from_ref(&record))
+            .await;
         Ok(created)
     }
 
@@ -252,6 +268,8 @@ impl App {
             .await
             .map_err(|e| store_problem(e, D::NOUN, id, expected))?;
         self.rules.invalidate(&scope);
+        self.prepare_vectors(&scope, std::slice::from_ref(&record))
+            .await;
         Ok(updated)
     }
 
@@ -283,7 +301,20 @@ impl App {
             .await
             .map_err(internal)?;
         self.rules.invalidate(scope);
+        self.prepare_vectors(scope, records).await;
         Ok(summary)
+    }
+
+    /// Computes (and stores) the example vectors of newly written semantic rules now, on the
+    /// configure call, so the first proxied request after it does not pay for them. Failure is
+    /// only logged: the rule index computes missing vectors itself.
+    async fn prepare_vectors<D: Managed>(&self, scope: &CallerScope, written: &[D]) {
+        if self.tiers.embedder.is_none() || !written.iter().any(Managed::needs_vectors) {
+            return;
+        }
+        if let Err(p) = self.rules.snapshot(scope, crate::tiers::Mode::Online).await {
+            tracing::warn!(detail = %p.detail, "preparing example vectors failed");
+        }
     }
 
     /// Every record of `scope`, as specs (what an import takes back).
@@ -293,4 +324,42 @@ impl App {
     ) -> Result<Vec<D::Stored>, Problem> {
         self.typed::<D>().list_all(scope).await.map_err(internal)
     }
+}
+
+/// What [`upsert`] did.
+pub(crate) enum Upserted {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+/// Writes `spec` into `scope` for a sync (Tessera, a handshake): created when new, left as it is
+/// when unchanged (its version kept), else updated by compare-and-set — unless a record of that
+/// id exists that `same_origin` does not accept as this source's, which is refused.
+pub(crate) async fn upsert<D: Managed>(
+    typed: Typed<'_, D>,
+    scope: &CallerScope,
+    spec: &D,
+    now: herma_core::Timestamp,
+    same_origin: impl Fn(&D) -> Result<(), String>,
+) -> Result<Upserted, String> {
+    let fail = |e: herma_store::StoreError| e.to_string();
+    match typed.get(scope, spec.id()).await.map_err(fail)? {
+        None => typed
+            .create(scope, spec, now)
+            .await
+            .map(|_| Upserted::Created),
+        Some(old) => {
+            same_origin(D::spec_of(&old))?;
+            if D::spec_of(&old) == spec {
+                Ok(Upserted::Unchanged)
+            } else {
+                typed
+                    .update(scope, spec, D::version_of(&old), now)
+                    .await
+                    .map(|_| Upserted::Updated)
+            }
+        }
+    }
+    .map_err(fail)
 }

@@ -223,27 +223,22 @@ impl RuleCache {
         let entries = self.store.context_entries();
         let mut context = HashMap::new();
         if !refs.is_empty() {
-            for entry in entries.get_many(builtin, &refs).await.map_err(internal)? {
-                let spec = &entry.spec;
-                if admitted(
-                    "context_entry",
-                    &spec.id,
-                    spec.fabric_governance.as_ref(),
-                    true,
-                ) {
-                    context.insert(entry.spec.id.clone(), (Arc::new(entry), true));
-                }
-            }
-            if !scope.is_system_builtin() {
-                for entry in entries.get_many(scope, &refs).await.map_err(internal)? {
+            // Built-ins first, so the caller's own entry of the same id wins.
+            let owners: &[(&CallerScope, bool)] = if scope.is_system_builtin() {
+                &[(builtin, true)]
+            } else {
+                &[(builtin, true), (scope, false)]
+            };
+            for &(owner, is_builtin) in owners {
+                for entry in entries.get_many(owner, &refs).await.map_err(internal)? {
                     let spec = &entry.spec;
                     if admitted(
                         "context_entry",
                         &spec.id,
                         spec.fabric_governance.as_ref(),
-                        false,
+                        is_builtin,
                     ) {
-                        context.insert(entry.spec.id.clone(), (Arc::new(entry), false));
+                        context.insert(entry.spec.id.clone(), (Arc::new(entry), is_builtin));
                     }
                 }
             }

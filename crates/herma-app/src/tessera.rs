@@ -18,22 +18,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use herma_core::Timestamp;
 use herma_core::governance::{FabricGovernance, blob_digest, sha256_hex};
 use herma_core::json;
-use herma_core::model::{ContextEntrySpec, ProvisionSpec};
 use herma_core::tessera::{
     Converted, MAX_BLOB_BYTES, MAX_PAGE_RECORDS, PAGE_LIMIT, RECORD_PREFIX, RecordPage,
     TesseraRecord, blob_uris, convert,
 };
 use herma_core::{CallerScope, Problem, ProblemCode};
 use herma_providers::fabric::FabricClient;
-use herma_store::{Document, DocumentStoreExt, StoreError, Typed};
+use herma_store::{DocumentStoreExt, Typed};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::App;
 use crate::error::internal;
+use crate::records::{Managed, Upserted, upsert};
 
 /// The largest page body Herma reads.
 pub const MAX_PAGE_BYTES: usize = 8 << 20;
@@ -179,34 +178,6 @@ fn synced(governance: Option<&FabricGovernance>) -> bool {
         .is_some_and(|u| u.starts_with(RECORD_PREFIX))
 }
 
-/// Whether the lens could ever serve this record (before visibility): verified, trusted,
-/// every blob verified.
-fn servable(governance: Option<&FabricGovernance>) -> bool {
-    let public_probe = CallerScope::system_builtin();
-    let Some(g) = governance else {
-        return false;
-    };
-    let mut probe = g.clone();
-    // Visibility and harness are per requester; judge the rest.
-    probe.visibility_scope = "public".into();
-    probe.harnesses.clear();
-    herma_core::governance::admit(
-        Some(&probe),
-        &herma_core::governance::Requester {
-            caller: &public_probe,
-            harness: None,
-            cohorts: &[],
-        },
-    )
-    .is_ok()
-}
-
-enum Written {
-    Created,
-    Updated,
-    Unchanged,
-}
-
 impl App {
     /// Syncs from the configured `HERMA_TESSERA_URL` (the admin route).
     pub async fn tessera_sync_configured(
@@ -316,15 +287,15 @@ impl App {
                 match self.write_synced(&converted).await {
                     Ok(written) => {
                         match written {
-                            Written::Created => report.created += 1,
-                            Written::Updated => report.updated += 1,
-                            Written::Unchanged => report.unchanged += 1,
+                            Upserted::Created => report.created += 1,
+                            Upserted::Updated => report.updated += 1,
+                            Upserted::Unchanged => report.unchanged += 1,
                         }
                         let governance = match &converted {
                             Converted::Provision(p) => p.fabric_governance.as_ref(),
                             Converted::Context(c) => c.fabric_governance.as_ref(),
                         };
-                        if !servable(governance) {
+                        if herma_core::governance::admit_anyone(governance).is_err() {
                             report.not_served += 1;
                         }
                     }
@@ -353,12 +324,24 @@ impl App {
         Ok(report)
     }
 
-    async fn write_synced(&self, converted: &Converted) -> Result<Written, String> {
-        let store = self.store.as_ref();
+    async fn write_synced(&self, converted: &Converted) -> Result<Upserted, String> {
+        let (store, scope, now) = (
+            self.store.as_ref(),
+            CallerScope::system_builtin(),
+            self.clock.now(),
+        );
         match converted {
-            Converted::Provision(spec) => upsert(store.provisions(), spec, self.clock.now()).await,
+            Converted::Provision(spec) => {
+                upsert(store.provisions(), &scope, spec, now, |old| {
+                    same_record(old, spec)
+                })
+                .await
+            }
             Converted::Context(spec) => {
-                upsert(store.context_entries(), spec, self.clock.now()).await
+                upsert(store.context_entries(), &scope, spec, now, |old| {
+                    same_record(old, spec)
+                })
+                .await
             }
         }
     }
@@ -370,61 +353,18 @@ impl App {
     }
 }
 
-/// A record kind the sync writes: provisions and context entries.
-trait Governed: Document + PartialEq {
-    fn governance(&self) -> Option<&FabricGovernance>;
-    fn version_of(stored: &Self::Stored) -> u64;
-}
-
-impl Governed for ProvisionSpec {
-    fn governance(&self) -> Option<&FabricGovernance> {
-        self.fabric_governance.as_ref()
+/// A stored built-in may be replaced only by the Tessera record that wrote it.
+fn same_record<D: Managed>(old: &D, spec: &D) -> Result<(), String> {
+    if !synced(old.governance()) {
+        return Err("a built-in of this id exists and was not synced from Tessera".into());
     }
-
-    fn version_of(stored: &Self::Stored) -> u64 {
-        stored.version
+    if record_uri(old.governance()) != record_uri(spec.governance()) {
+        return Err(format!(
+            "the id is taken by another Tessera record ({})",
+            record_uri(old.governance()).unwrap_or_default()
+        ));
     }
-}
-
-impl Governed for ContextEntrySpec {
-    fn governance(&self) -> Option<&FabricGovernance> {
-        self.fabric_governance.as_ref()
-    }
-
-    fn version_of(stored: &Self::Stored) -> u64 {
-        stored.version
-    }
-}
-
-/// Creates, updates (compare-and-set) or leaves a synced built-in as it is.
-async fn upsert<D: Governed>(
-    typed: Typed<'_, D>,
-    spec: &D,
-    now: Timestamp,
-) -> Result<Written, String> {
-    let scope = CallerScope::system_builtin();
-    let fail = |e: StoreError| e.to_string();
-    match typed.get(&scope, spec.id()).await.map_err(fail)? {
-        None => typed
-            .create(&scope, spec, now)
-            .await
-            .map(|_| Written::Created),
-        Some(old) if !synced(D::spec_of(&old).governance()) => {
-            return Err("a built-in of this id exists and was not synced from Tessera".into());
-        }
-        Some(old) if record_uri(D::spec_of(&old).governance()) != record_uri(spec.governance()) => {
-            return Err(format!(
-                "the id is taken by another Tessera record ({})",
-                record_uri(D::spec_of(&old).governance()).unwrap_or_default()
-            ));
-        }
-        Some(old) if D::spec_of(&old) == spec => Ok(Written::Unchanged),
-        Some(old) => typed
-            .update(&scope, spec, D::version_of(&old), now)
-            .await
-            .map(|_| Written::Updated),
-    }
-    .map_err(fail)
+    Ok(())
 }
 
 fn record_uri(governance: Option<&FabricGovernance>) -> Option<&str> {
@@ -432,7 +372,7 @@ fn record_uri(governance: Option<&FabricGovernance>) -> Option<&str> {
 }
 
 /// Deletes the synced built-ins of one kind whose record URI `seen` does not hold.
-async fn remove<D: Governed>(typed: Typed<'_, D>, seen: &BTreeSet<String>) -> Result<u32, Problem> {
+async fn remove<D: Managed>(typed: Typed<'_, D>, seen: &BTreeSet<String>) -> Result<u32, Problem> {
     let scope = CallerScope::system_builtin();
     let mut removed = 0;
     for stored in typed.list_all(&scope).await.map_err(internal)? {

@@ -473,7 +473,7 @@ pub async fn evaluate(
         };
         match outcome {
             Some(o) => outcomes.push((r, o)),
-            None => calls.push(r),
+            None => calls.push((r, trigger)),
         }
     }
     if let Some(classifier) = &tiers.classifier
@@ -484,13 +484,9 @@ pub async fn evaluate(
         let asks: Vec<_> = calls
             .iter()
             .copied()
-            .map(|r| {
+            .map(|(r, trigger)| {
                 let classifier: &dyn Classifier = classifier.as_ref();
-                let trigger = rules.rule(r).provision.spec.triggers.micromodel.as_ref();
                 async move {
-                    let Some(trigger) = trigger else {
-                        return (r, Outcome::Skipped(String::new()));
-                    };
                     let outcome = tokio::time::timeout(
                         timeout,
                         classify(classifier, trigger, &envelope.user_text),

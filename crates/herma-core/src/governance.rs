@@ -215,6 +215,21 @@ fn trusted(producer: &str) -> bool {
 /// The lens: `Ok` when `governance` admits `who`, else the first reason it does not.
 pub fn admit(governance: Option<&FabricGovernance>, who: &Requester<'_>) -> Result<(), Refusal> {
     let g = governance.ok_or(Refusal::Ungoverned)?;
+    check_standing(g)?;
+    check_visibility(g, Some(who))?;
+    check_blobs(g)
+}
+
+/// The requester-independent part of the lens: whether the record can be served to anyone
+/// (verified, trusted, a known visibility scope, every blob verified).
+pub fn admit_anyone(governance: Option<&FabricGovernance>) -> Result<(), Refusal> {
+    let g = governance.ok_or(Refusal::Ungoverned)?;
+    check_standing(g)?;
+    check_visibility(g, None)?;
+    check_blobs(g)
+}
+
+fn check_standing(g: &FabricGovernance) -> Result<(), Refusal> {
     match g.status.as_str() {
         "verified" => {}
         "quarantined" => return Err(Refusal::Quarantined),
@@ -223,19 +238,26 @@ pub fn admit(governance: Option<&FabricGovernance>, who: &Requester<'_>) -> Resu
     if !trusted(&g.producer) {
         return Err(Refusal::UntrustedProducer(g.producer.clone()));
     }
+    Ok(())
+}
+
+/// Visibility scope and harness tags; without a requester, only that the scope is known.
+fn check_visibility(g: &FabricGovernance, who: Option<&Requester<'_>>) -> Result<(), Refusal> {
     match g.visibility_scope.as_str() {
-        "public" => {}
-        "cohort" => {
-            if !g.cohorts.iter().any(|c| who.cohorts.contains(c)) {
-                return Err(Refusal::NotInCohort);
-            }
-        }
-        "callers" => {
-            if !g.callers.iter().any(|c| c == who.caller.as_str()) {
-                return Err(Refusal::NotListedCaller);
-            }
-        }
+        "public" | "cohort" | "callers" => {}
         other => return Err(Refusal::UnknownVisibility(other.to_owned())),
+    }
+    let Some(who) = who else {
+        return Ok(());
+    };
+    match g.visibility_scope.as_str() {
+        "cohort" if !g.cohorts.iter().any(|c| who.cohorts.contains(c)) => {
+            return Err(Refusal::NotInCohort);
+        }
+        "callers" if !g.callers.iter().any(|c| c == who.caller.as_str()) => {
+            return Err(Refusal::NotListedCaller);
+        }
+        _ => {}
     }
     if !g.harnesses.is_empty()
         && !who
@@ -244,6 +266,10 @@ pub fn admit(governance: Option<&FabricGovernance>, who: &Requester<'_>) -> Resu
     {
         return Err(Refusal::HarnessNotAdmitted(who.harness.map(str::to_owned)));
     }
+    Ok(())
+}
+
+fn check_blobs(g: &FabricGovernance) -> Result<(), Refusal> {
     for blob in &g.blobs {
         let digest = blob_digest(&blob.uri)?;
         match &blob.content_sha256 {

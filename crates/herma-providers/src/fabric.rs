@@ -88,14 +88,10 @@ impl FabricClient {
         limit: usize,
         max_bytes: usize,
     ) -> Result<Vec<u8>, String> {
-        let mut url =
-            reqwest::Url::parse(&format!("{}/v1/records", self.base)).map_err(|e| e.to_string())?;
-        url.query_pairs_mut()
-            .append_pair("limit", &limit.to_string());
-        if let Some(after) = after {
-            url.query_pairs_mut().append_pair("after", after);
-        }
-        self.get(url.to_string(), max_bytes).await
+        let limit = limit.to_string();
+        let mut query = vec![("limit", limit.as_str())];
+        query.extend(after.map(|a| ("after", a)));
+        self.get_path("/v1/records", &query, max_bytes).await
     }
 
     /// `GET /v1/blobs/<sha256>`: a blob's content.

@@ -285,3 +285,23 @@ fn governance_is_strict_on_input() {
         serde_json::from_value(serde_json::to_value(&starter).unwrap()).unwrap();
     assert_eq!(round, starter);
 }
+
+#[test]
+fn admit_anyone_judges_everything_but_the_requester() {
+    let mut g = governance();
+    g.visibility_scope = "callers".into();
+    g.harnesses = vec!["codex".into()];
+    assert_eq!(admit_anyone(Some(&g)), Ok(()), "visible to somebody");
+    g.visibility_scope = "everyone".into();
+    assert_eq!(
+        admit_anyone(Some(&g)).map_err(|r| r.code()),
+        Err("unknown_visibility")
+    );
+    let mut q = governance();
+    q.status = "quarantined".into();
+    assert_eq!(
+        admit_anyone(Some(&q)).map_err(|r| r.code()),
+        Err("quarantined")
+    );
+    assert_eq!(admit_anyone(None).map_err(|r| r.code()), Err("ungoverned"));
+}

@@ -251,8 +251,7 @@ pub async fn handshake(
     let principal = facts
         .admit(&state, herma_core::gate::Requirement::Configure)
         .await?;
-    let scope = herma_app::records::own_scope(&principal)?.clone();
     let request: herma_core::handshake::HandshakeRequest =
         herma_core::json::decode(read_json(&headers, body, state.body_limit()).await?)?;
-    Ok(Json(state.app.handshake(&scope, request).await?))
+    Ok(Json(state.app.handshake(&principal, request).await?))
 }

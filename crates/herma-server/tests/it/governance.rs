@@ -2,11 +2,11 @@
 //! caller only while their fabric_governance admits that caller and its harness.
 
 use herma_test_support::mock_upstream::MockUpstream;
-use herma_test_support::{Backend, TestApp, spawn_app};
+use herma_test_support::{Backend, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::req;
+use crate::{dry_run, req};
 
 /// An admin-written built-in answering `text` when the prompt says `word`.
 fn starter(id: &str, word: &str, governance: Option<Value>) -> Value {
@@ -26,16 +26,6 @@ fn governed(status: &str, producer: &str, extra: Value) -> Value {
         g.extend(extra.clone());
     }
     g
-}
-
-async fn dry_run(app: &TestApp, key: &str, text: &str) -> Value {
-    let got = req(Method::POST, "/v1/dry-run")
-        .key(key)
-        .json(json!({"protocol": "chat_completions", "body": {"model": "m", "messages": [{"role": "user", "content": text}]}}))
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
-    got.2
 }
 
 #[tokio::test]

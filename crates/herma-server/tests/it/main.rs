@@ -108,3 +108,36 @@ pub fn assert_problem(
     assert_eq!(body["type"], format!("https://herma.dev/problems/{code}"));
     assert_eq!(headers["content-type"], "application/problem+json");
 }
+
+/// Creates a record through the configure API (harness `claude-code`), asserting 201.
+pub async fn configure(app: &TestApp, key: &str, path: &str, body: Value) {
+    let got = req(Method::POST, path)
+        .key(key)
+        .harness("claude-code")
+        .json(body)
+        .send(app)
+        .await;
+    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+}
+
+/// The dry-run report of a Chat Completions request whose latest user turn is `text`.
+pub async fn dry_run(app: &TestApp, key: &str, text: &str) -> Value {
+    let got = req(Method::POST, "/v1/dry-run")
+        .key(key)
+        .json(serde_json::json!({"protocol": "chat_completions", "body": {"model": "gpt-5-mini", "messages": [{"role": "user", "content": text}]}}))
+        .send(app)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    got.2
+}
+
+/// A receipt as its caller reads it, after every queued receipt is written.
+pub async fn receipt(app: &TestApp, key: &str, id: &str) -> Value {
+    app.app.receipts.flush().await;
+    let got = req(Method::GET, format!("/v1/receipts/{id}"))
+        .key(key)
+        .send(app)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    got.2
+}

@@ -7,7 +7,7 @@ use herma_test_support::{Backend, TestApp, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::req;
+use crate::{configure, receipt, req};
 
 const PROTOCOLS: [(&str, &str); 3] = [
     ("/v1/chat/completions", "chat"),
@@ -56,31 +56,11 @@ async fn send(
     r.send().await.unwrap()
 }
 
-async fn configure(app: &TestApp, key: &str, path: &str, body: Value) {
-    let got = req(Method::POST, path)
-        .key(key)
-        .harness("claude-code")
-        .json(body)
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
-}
-
 fn sse_events(text: &str) -> Vec<(Option<String>, String)> {
     let mut reader = herma_core::wire::sse::Reader::default();
     let mut out = Vec::new();
     reader.feed(text.as_bytes(), &mut |e| out.push((e.event, e.data)));
     out
-}
-
-async fn receipt(app: &TestApp, key: &str, id: &str) -> Value {
-    app.app.receipts.flush().await;
-    let got = req(Method::GET, format!("/v1/receipts/{id}"))
-        .key(key)
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
-    got.2
 }
 
 #[tokio::test]

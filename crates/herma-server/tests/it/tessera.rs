@@ -11,7 +11,7 @@ use herma_test_support::{Backend, TestApp, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::req;
+use crate::{dry_run, receipt, req};
 
 const DOC: &[u8] = b"The deploy runbook, version 3.";
 
@@ -57,16 +57,6 @@ async fn sync(app: &TestApp, tessera: &MockTessera, after: Option<&str>) -> Sync
         "progress after every page"
     );
     report
-}
-
-async fn decision(app: &TestApp, key: &str, text: &str) -> Value {
-    let got = req(Method::POST, "/v1/dry-run")
-        .key(key)
-        .json(json!({"protocol": "messages", "body": {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}}))
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
-    got.2
 }
 
 async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
@@ -120,7 +110,7 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
     );
 
     let key = app.key("route", Some("claude-code")).await;
-    let fired = decision(&app, &key, "alpha").await;
+    let fired = dry_run(&app, &key, "alpha").await;
     assert_eq!(fired["decision"], "shim_context", "{fired:#}");
     assert!(
         fired["shim"]["text"]
@@ -146,19 +136,15 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
         .unwrap()
         .to_owned();
     let _ = response.text().await;
-    app.app.receipts.flush().await;
-    let receipt = req(Method::GET, format!("/v1/receipts/{receipt_id}"))
-        .key(&key)
-        .send(&app)
-        .await;
-    let shimmed = &receipt.2["shimmed_context_refs"][0];
-    assert_eq!(shimmed["id"], "noun.deploy", "{:#}", receipt.2);
+    let receipt = receipt(&app, &key, &receipt_id).await;
+    let shimmed = &receipt["shimmed_context_refs"][0];
+    assert_eq!(shimmed["id"], "noun.deploy", "{receipt:#}");
     assert_eq!(shimmed["record_uri"], "tessera://records/nouns/deploy");
     assert_eq!(shimmed["record_version"], 1);
     assert_eq!(shimmed["blob_digests"], json!([sha256_hex(DOC)]));
 
     for word in ["bravo", "charlie"] {
-        let held = decision(&app, &key, word).await;
+        let held = dry_run(&app, &key, word).await;
         assert_eq!(held["decision"], "forward", "{word}: {held:#}");
     }
 
@@ -177,11 +163,11 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
     assert_eq!(changed.updated, 2, "{changed:?}");
     assert_eq!(changed.removed, 229, "the bulk starters Tessera dropped");
     assert_eq!(
-        decision(&app, &key, "alpha").await["decision"],
+        dry_run(&app, &key, "alpha").await["decision"],
         "forward",
         "quarantined now"
     );
-    let bulk = decision(&app, &key, "bulk0").await;
+    let bulk = dry_run(&app, &key, "bulk0").await;
     assert!(
         bulk["shim"]["text"]
             .as_str()
@@ -190,7 +176,7 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
         "{bulk:#}"
     );
     assert_eq!(
-        decision(&app, &key, "bulk1").await["decision"],
+        dry_run(&app, &key, "bulk1").await["decision"],
         "forward",
         "removed"
     );
@@ -201,7 +187,7 @@ async fn synced_starters_fire_only_with_their_governance(backend: Backend) {
     tampered.publish(published);
     let report = sync(&app, &tampered, None).await;
     assert_eq!(report.updated, 1, "{report:?}");
-    let shimmed = decision(&app, &key, "bulk0").await;
+    let shimmed = dry_run(&app, &key, "bulk0").await;
     assert_eq!(
         shimmed["decision"], "forward",
         "its only context entry is no longer served: {shimmed:#}"
@@ -290,7 +276,7 @@ async fn a_synced_record_never_replaces_a_built_in_it_did_not_write() {
     assert!(report.refused[0].reason.contains("not synced from Tessera"));
     let key = app.key("route", Some("claude-code")).await;
     assert_eq!(
-        decision(&app, &key, "/herma").await["provision_id"],
+        dry_run(&app, &key, "/herma").await["provision_id"],
         "herma.help"
     );
 }
@@ -322,11 +308,11 @@ async fn admins_sync_through_the_api() {
     assert_eq!(got.0, StatusCode::OK, "{}", got.2);
     assert_eq!(got.2["created"], 1);
     assert_eq!(
-        decision(&app, &caller, "zulu").await["provision_id"],
+        dry_run(&app, &caller, "zulu").await["provision_id"],
         Value::Null
     );
     assert_eq!(
-        decision(&app, &caller, "zulu").await["decision"],
+        dry_run(&app, &caller, "zulu").await["decision"],
         "forward",
         "its context entry was never published"
     );
@@ -362,7 +348,7 @@ async fn an_oversized_blob_is_never_fetched_whole_and_its_record_never_served() 
     let report = sync(&app, &tessera, None).await;
     assert_eq!((report.created, report.not_served), (1, 1), "{report:?}");
     let key = app.key("route", Some("claude-code")).await;
-    let dry = decision(&app, &key, "big").await;
+    let dry = dry_run(&app, &key, "big").await;
     assert_eq!(dry["decision"], "forward");
     let refusal = dry["governance_refused"]
         .as_array()
@@ -440,7 +426,7 @@ async fn a_record_that_fails_to_read_keeps_its_last_good_version_and_ids_are_not
         "{report:?}"
     );
     let key = app.key("route", Some("claude-code")).await;
-    let kept = decision(&app, &key, "lima").await;
+    let kept = dry_run(&app, &key, "lima").await;
     assert_eq!(
         kept["tiers"]["keyword"][0]["provision_id"], "t.keep",
         "{kept:#}"

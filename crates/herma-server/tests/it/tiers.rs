@@ -11,30 +11,10 @@ use herma_test_support::{Backend, TestApp, embed_model_dir, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::req;
+use crate::{configure, dry_run, receipt, req};
 
 fn chat(text: &str) -> Value {
     json!({"model": "gpt-5-mini", "messages": [{"role": "user", "content": text}]})
-}
-
-async fn configure(app: &TestApp, key: &str, path: &str, body: Value) {
-    let got = req(Method::POST, path)
-        .key(key)
-        .harness("claude-code")
-        .json(body)
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
-}
-
-async fn dry_run(app: &TestApp, key: &str, text: &str) -> Value {
-    let got = req(Method::POST, "/v1/dry-run")
-        .key(key)
-        .json(json!({"protocol": "chat_completions", "body": chat(text)}))
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
-    got.2
 }
 
 /// Proxies a Chat Completions request and returns the receipt's matched rules and action.
@@ -57,13 +37,7 @@ async fn proxy(app: &TestApp, mock: &MockUpstream, key: &str, text: &str) -> Val
     let status = response.status();
     let body = response.text().await.unwrap();
     assert!(status.is_success(), "{status} {body}");
-    app.app.receipts.flush().await;
-    let got = req(Method::GET, format!("/v1/receipts/{receipt_id}"))
-        .key(key)
-        .send(app)
-        .await;
-    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
-    got.2
+    receipt(app, key, &receipt_id).await
 }
 
 /// An app whose classifier is `models` (plus `extra` settings).
@@ -109,6 +83,24 @@ async fn h05_tier2_semantic_paraphrase_without_literal_id() {
         }),
     )
     .await;
+    // Writing the rule computed and stored its example vectors, off the proxy's path.
+    let scope = CallerScope::parse(&format!("key:{}", TestApp::key_id(&key))).unwrap();
+    let model = app
+        .app
+        .tiers
+        .embedder
+        .as_ref()
+        .unwrap()
+        .identity()
+        .id
+        .clone();
+    let written = app
+        .app
+        .store
+        .get_vectors(&scope, &model, &[("deploy".to_owned(), 1)])
+        .await
+        .unwrap();
+    assert_eq!(written.len(), 1, "vectors exist before any request");
 
     let paraphrase = "publish this version for our customers";
     let example_words: std::collections::BTreeSet<String> =
@@ -449,8 +441,8 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
     app.app.rules.invalidate(&builtin);
     let (embeds, chats) = (models.embed_calls(), models.chat_calls());
     assert_eq!(
-        embeds, 1,
-        "one probe at start tells the remote model's size"
+        embeds, 2,
+        "one probe at start tells the remote model's size; writing the semantic rule computed its examples"
     );
 
     let report = dry_run(&app, &key, "deploy the service now").await;
