@@ -44,6 +44,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_cohorts",
         include_str!("../migrations/0005_key_cohorts.sql"),
     ),
+    (
+        6,
+        "governed",
+        include_str!("../migrations/0006_governed.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serializes migrations across processes.
@@ -846,3 +851,5 @@ pub mod testing {
         store
     }
 }
+
+herma_store_sql::governed_sql_impl!(super::PgStore, herma_store_sql::governed::numbered);

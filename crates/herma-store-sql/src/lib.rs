@@ -1,6 +1,8 @@
 //! What the SQLite and PostgreSQL backends share: decoding rows into records (both store the same
 //! columns with the same meaning) and mapping errors. The SQL itself stays in each backend.
 
+pub mod governed;
+
 use herma_core::key::{KeyDigest, KeyId, Scopes};
 use herma_core::model::{
     EntityKind, HarnessKey, InjectionReceipt, OutcomeKind, RuleOutcomeRecord, WorkingEntity,

@@ -46,6 +46,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_cohorts",
         include_str!("../migrations/0005_key_cohorts.sql"),
     ),
+    (
+        6,
+        "governed",
+        include_str!("../migrations/0006_governed.sql"),
+    ),
 ];
 
 /// Receipts per INSERT statement (5 parameters each, far below SQLite's limit).
@@ -809,3 +814,5 @@ async fn apply_pending(conn: &mut sqlx::SqliteConnection) -> StoreResult<Vec<App
     }
     Ok(applied)
 }
+
+herma_store_sql::governed_sql_impl!(super::SqliteStore, herma_store_sql::governed::plain);

@@ -13,10 +13,14 @@
 
 mod documents;
 mod error;
+pub mod governed;
+mod governed_memory;
 mod memory;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod governed_conformance;
 
 use async_trait::async_trait;
 use herma_core::CallerScope;
@@ -31,6 +35,7 @@ pub use documents::{
     ImportSummary, Page, Provisions, Revisions, StoredDoc, Typed,
 };
 pub use error::{StoreError, StoreResult};
+pub use governed_memory::MemoryGovernedStore;
 pub use memory::MemoryStore;
 
 /// Harness keys. Keys are not caller-owned data: only admins list and revoke them.

@@ -39,3 +39,16 @@ async fn concurrent_migrations_apply_once() {
         "exactly one process applies the migration"
     );
 }
+
+mod governed {
+    use std::sync::Arc;
+
+    use herma_store::governed::GovernedPorts;
+    use herma_store_postgres::testing;
+
+    async fn fresh_ports() -> GovernedPorts {
+        GovernedPorts::uniform(Arc::new(testing::fresh_store().await))
+    }
+
+    herma_store::governed_conformance_tests!(fresh_ports);
+}

@@ -38,7 +38,8 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
                 "revisions_and_claims",
                 "memory",
                 "rule_vectors",
-                "key_cohorts"
+                "key_cohorts",
+                "governed"
             ]
         );
         let spec = herma_store::conformance::provision("p", "k");
@@ -60,4 +61,23 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
             .version,
         1
     );
+}
+
+mod governed {
+    use std::sync::Arc;
+
+    use herma_store::governed::GovernedPorts;
+    use herma_store_sqlite::SqliteStore;
+
+    async fn fresh_ports() -> GovernedPorts {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("governed.db");
+        let store = SqliteStore::open_migrated(path.to_str().expect("utf-8 path"))
+            .await
+            .expect("open");
+        std::mem::forget(dir);
+        GovernedPorts::uniform(Arc::new(store))
+    }
+
+    herma_store::governed_conformance_tests!(fresh_ports);
 }

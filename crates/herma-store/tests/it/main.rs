@@ -12,3 +12,16 @@ async fn fresh_store() -> Arc<dyn Store> {
 }
 
 herma_store::store_conformance_tests!(fresh_store);
+
+mod governed {
+    use std::sync::Arc;
+
+    use herma_store::MemoryGovernedStore;
+    use herma_store::governed::GovernedPorts;
+
+    async fn fresh_ports() -> GovernedPorts {
+        GovernedPorts::uniform(Arc::new(MemoryGovernedStore::new()))
+    }
+
+    herma_store::governed_conformance_tests!(fresh_ports);
+}
