@@ -7,6 +7,7 @@
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
 
 pub mod fabric;
+pub mod single;
 pub mod tiers;
 
 use std::pin::Pin;

@@ -1,0 +1,433 @@
+//! The engine's vocabulary: prices and caps, outcomes and envelopes, views, errors, the clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use herma_core::Timestamp;
+use herma_providers::single::{Controls, StopReason, Usage};
+use herma_store::StoreError;
+use herma_store::governed::{
+    ExecutionRecord, ExecutionStatus, GovernedCharge, NotDispatchedCause, RootReceipt,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::collector::{InvalidReason, Step};
+
+/// Time, injected.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the engine's one read of the wall clock
+    fn now(&self) -> Timestamp {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Timestamp::from_millis(millis)
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn at(millis: i64) -> Arc<Self> {
+        Arc::new(Self(AtomicI64::new(millis)))
+    }
+
+    pub fn advance_millis(&self, millis: i64) {
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// Prices in micro-units of the operator's currency per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prices {
+    pub input_per_mtok: i64,
+    pub output_per_mtok: i64,
+    #[serde(default)]
+    pub cache_read_per_mtok: i64,
+    #[serde(default)]
+    pub cache_write_per_mtok: i64,
+}
+
+impl Prices {
+    /// The cost of `usage` in micros, rounded up (a fraction of a micro is charged as one).
+    pub fn cost_micros(&self, usage: &Usage) -> i64 {
+        let total = i128::from(usage.input_tokens) * i128::from(self.input_per_mtok)
+            + i128::from(usage.output_tokens) * i128::from(self.output_per_mtok)
+            + i128::from(usage.cache_read_tokens) * i128::from(self.cache_read_per_mtok)
+            + i128::from(usage.cache_write_tokens) * i128::from(self.cache_write_per_mtok);
+        let micros = (total + 999_999).div_euclid(1_000_000);
+        i64::try_from(micros).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), GovernedError> {
+        for (field, value) in [
+            ("prices.input_per_mtok", self.input_per_mtok),
+            ("prices.output_per_mtok", self.output_per_mtok),
+            ("prices.cache_read_per_mtok", self.cache_read_per_mtok),
+            ("prices.cache_write_per_mtok", self.cache_write_per_mtok),
+        ] {
+            if value < 0 {
+                return Err(GovernedError::config(field, "must not be negative"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a cap does when spend passes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapMode {
+    /// The result is kept; the run reports a warning.
+    Warn,
+    /// No call starts at or past the limit; a result that passes it is suppressed (its known
+    /// cost settled first).
+    Block,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cap {
+    pub limit_micros: i64,
+    pub mode: CapMode,
+}
+
+/// Monetary caps. `root` applies to the step runner's inclusive root cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caps {
+    pub session: Option<Cap>,
+    pub day: Option<Cap>,
+    #[serde(default)]
+    pub root: Option<Cap>,
+}
+
+impl Caps {
+    pub(crate) fn check(&self) -> Result<(), GovernedError> {
+        for (field, cap) in [
+            ("caps.session", self.session),
+            ("caps.day", self.day),
+            ("caps.root", self.root),
+        ] {
+            if let Some(cap) = cap
+                && cap.limit_micros < 0
+            {
+                return Err(GovernedError::config(
+                    field,
+                    "limit_micros must not be negative",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cap a completed call passed in warn mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapWarning {
+    /// `session`, `day` or `root`.
+    pub cap: String,
+    pub limit_micros: i64,
+    pub spent_micros: i64,
+}
+
+/// How a dispatched call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    /// A block cap was passed by this call: the output is suppressed, its cost settled.
+    Blocked,
+    /// The collector (or the output contract) refused the output: nothing is stored.
+    Invalid,
+    /// The model refused (or the provider proved a context rejection): metadata only.
+    Refused,
+    /// The call settled but no output exists (a stream failure, a pre-stream rejection,
+    /// output lost before it was stored).
+    Unavailable,
+}
+
+/// The stored result of a completed call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub outcome: Outcome,
+    pub stop_reason: Option<StopReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The text runner's native JSON output, validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<Value>,
+    /// The step runner's step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+    /// Why the model or provider refused, as a closed name (never content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+/// The immutable identity of a call: a replay must present the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Identity {
+    pub session_id: String,
+    pub intent: String,
+    pub input_revision: String,
+    pub policy_version: String,
+    pub price_version: String,
+    pub output_contract_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_key: Option<String>,
+    /// Absent and an explicit `auto` differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<herma_providers::single::ToolChoice>,
+}
+
+/// What the journal keeps about a call: identity and controls at claim, the outcome at the end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallMeta {
+    pub identity: Identity,
+    pub controls: Controls,
+    pub prices: Prices,
+    /// The UTC day the call is charged to.
+    pub day: String,
+    pub call_id: String,
+    pub provider: String,
+    #[serde(default)]
+    pub consumers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultMeta>,
+}
+
+/// The outcome part of the journal's metadata.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultMeta {
+    pub outcome: Outcome,
+    pub stop_reason: Option<StopReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    pub amount_micros: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default)]
+    pub warnings: Vec<CapWarning>,
+    /// Completed by accounting-only recovery.
+    #[serde(default)]
+    pub recovered: bool,
+}
+
+/// A journal row as views show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    pub operation_key: String,
+    pub status: ExecutionStatus,
+    pub not_dispatched_cause: Option<NotDispatchedCause>,
+    pub deadline_at: Timestamp,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub fence: u64,
+    pub meta: CallMeta,
+}
+
+impl JournalEntry {
+    pub(crate) fn from_record(record: &ExecutionRecord) -> Result<Self, GovernedError> {
+        Ok(Self {
+            operation_key: record.operation_key.clone(),
+            status: record.status,
+            not_dispatched_cause: record.cause,
+            deadline_at: record.deadline_at,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            fence: record.fence,
+            meta: serde_json::from_value(record.meta.clone()).map_err(|e| {
+                GovernedError::Store(StoreError::Corrupt(format!("execution meta: {e}")))
+            })?,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewState {
+    InProgress,
+    ReconciliationRequired,
+    NotDispatched,
+    Completed,
+}
+
+impl ViewState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "in_progress",
+            Self::ReconciliationRequired => "reconciliation_required",
+            Self::NotDispatched => "not_dispatched",
+            Self::Completed => "completed",
+        }
+    }
+}
+
+/// The output of a completed call, as far as it still exists.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// The call is not completed.
+    None,
+    Available(Box<Envelope>),
+    /// Erased, expired or lost: the historical outcome stays in the journal metadata.
+    Unavailable,
+}
+
+/// What `read` says about one call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallView {
+    pub state: ViewState,
+    /// The journal row; the structured runner's root-only views have none.
+    pub record: Option<JournalEntry>,
+    pub output: Output,
+    /// The original governed charge.
+    pub receipt: Option<GovernedCharge>,
+    /// The root's receipt (step runner).
+    pub root_receipt: Option<RootReceipt>,
+}
+
+impl CallView {
+    pub fn not_dispatched_cause(&self) -> Option<NotDispatchedCause> {
+        self.record.as_ref().and_then(|r| r.not_dispatched_cause)
+    }
+
+    pub fn envelope(&self) -> Option<&Envelope> {
+        match &self.output {
+            Output::Available(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The journal's historical outcome (kept even when the output is gone).
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.record
+            .as_ref()
+            .and_then(|r| r.meta.result.as_ref())
+            .map(|r| r.outcome)
+    }
+}
+
+/// What a run returns when it reached a known state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutcome {
+    pub view: CallView,
+    /// The key had been run before: nothing was loaded or dispatched now.
+    pub replayed: bool,
+    /// Why the output was invalid (this run only; never stored).
+    pub invalid_reason: Option<InvalidReason>,
+    /// A reasoning loop was cut (`invalid_reason` is `reasoning_chars`).
+    pub reasoning_loop: bool,
+    pub warnings: Vec<CapWarning>,
+}
+
+/// Which bound interrupted a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// The runner's own `run_timeout`.
+    Timeout,
+    /// The call's deadline.
+    Deadline,
+    /// The caller's cancellation.
+    Cancelled,
+}
+
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum GovernedError {
+    #[error("configuration `{field}`: {reason}")]
+    Config { field: String, reason: String },
+    #[error("`{field}`: {reason}")]
+    InvalidInput { field: String, reason: String },
+    /// The key exists with a different identity: `field` is the first that differs.
+    #[error("operation key reused with a different `{field}`")]
+    Conflict { field: String },
+    /// The call's root does not admit it.
+    #[error("the operation root `{root_key}` is {state}")]
+    Root { root_key: String, state: String },
+    #[error("the run was interrupted ({kind:?})")]
+    Interrupted {
+        kind: Interruption,
+        /// A store write of the stream failed before the interruption.
+        store_failed: bool,
+    },
+    #[error("a store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl GovernedError {
+    pub(crate) fn config(field: &str, reason: impl Into<String>) -> Self {
+        Self::Config {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn input(field: &str, reason: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// True only of a rejection the runner raised itself — its timeout, its deadline or its
+/// caller's cancellation — while no store write of the stream had failed. A store's own
+/// failure (even one that looks like an abort) is not one.
+pub fn is_step_interruption(error: &GovernedError) -> bool {
+    matches!(
+        error,
+        GovernedError::Interrupted {
+            store_failed: false,
+            ..
+        }
+    )
+}
+
+/// A failure after the run returned (the background drain), metadata only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackgroundError {
+    pub operation_key: String,
+    /// `drain`, `settle`, `store`, `audit`, `fenced`, `close_root`.
+    pub stage: &'static str,
+    pub message: String,
+}
+
+pub type BackgroundErrorHandler = Arc<dyn Fn(&BackgroundError) + Send + Sync>;
+
+/// The reconciliation query: `limit` defaults to 50 and is at most 100.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsageQuery {
+    pub limit: Option<u32>,
+    pub after: Option<u64>,
+}
+
+pub const DEFAULT_PAGE: u32 = 50;
+pub const MAX_PAGE: u32 = 100;
+
+/// One reconciliation pass over one page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsageReconciliation {
+    pub scanned: u32,
+    pub acknowledged: u32,
+    /// The last inspected entry; pass it as `after` to read the next page.
+    pub cursor: Option<u64>,
+}
