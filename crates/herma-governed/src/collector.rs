@@ -252,8 +252,8 @@ impl Collector {
                 }
             }
             ModelEvent::ProviderBlock(block) => {
+                // Only text and tool calls break a run of reasoning.
                 self.content_arrives();
-                self.consecutive_reasoning = 0;
                 if !self.limits.provider_blocks {
                     self.refuse(InvalidReason::EventType);
                 } else if !is_block(&block) {
@@ -478,6 +478,14 @@ mod tests {
         assert_eq!(c.feed(r()), Next::Cut);
         let got = c.finish();
         assert!(got.loop_cut);
+        // Provider blocks do not break a run of reasoning: only text and tool calls do.
+        let mut c = Collector::new(step_limits());
+        let block = || ModelEvent::ProviderBlock(json!({"type": "web_search_tool_result"}));
+        assert_eq!(c.feed(r()), Next::Continue);
+        assert_eq!(c.feed(block()), Next::Continue);
+        assert_eq!(c.feed(r()), Next::Continue);
+        assert_eq!(c.feed(block()), Next::Continue);
+        assert_eq!(c.feed(r()), Next::Cut);
         assert_eq!(got.invalid, Some(InvalidReason::ReasoningChars));
     }
 }

@@ -127,6 +127,31 @@ pub(crate) fn check_id(field: &str, value: &str, max: usize) -> Result<(), Gover
     Ok(())
 }
 
+/// Host keys may not use the structured runner's reserved identifier prefix.
+pub(crate) fn check_host_key(field: &str, value: &str) -> Result<(), GovernedError> {
+    check_id(field, value, crate::text::MAX_KEY)?;
+    if value.starts_with("alma-structured-v1:") {
+        return Err(GovernedError::input(
+            field,
+            "the prefix `alma-structured-v1:` is reserved for the structured runner",
+        ));
+    }
+    Ok(())
+}
+
+/// The longest deadline, drain or retention-free bound a runner accepts.
+pub(crate) const MAX_BOUND: Duration = Duration::from_secs(3600);
+
+pub(crate) fn check_bound(field: &str, value: Duration) -> Result<(), GovernedError> {
+    if value.is_zero() || value > MAX_BOUND {
+        return Err(GovernedError::config(
+            field,
+            "must be positive and at most one hour",
+        ));
+    }
+    Ok(())
+}
+
 /// The first identity field that differs between a stored call and a new one.
 fn identity_conflict(stored: &CallMeta, new: &CallMeta) -> Option<&'static str> {
     let (a, b) = (&stored.identity, &new.identity);
@@ -165,6 +190,18 @@ fn to_meta(meta: &CallMeta) -> Result<Value, GovernedError> {
         .map_err(|e| GovernedError::Store(StoreError::Backend(format!("encoding meta: {e}"))))
 }
 
+/// Who decided first: phase B starting the dispatch, or the run reporting an interruption.
+const RUNNING: u8 = 0;
+const DISPATCHING: u8 = 1;
+const INTERRUPTED: u8 = 2;
+
+/// What phase A and the interruption handling share.
+struct RunState {
+    /// The claim this run inserted (only that one may be fenced as aborted).
+    claimed: std::sync::Mutex<Option<ExecutionRecord>>,
+    phase: std::sync::atomic::AtomicU8,
+}
+
 enum PhaseA {
     Replay(CallView),
     Done(RunOutcome),
@@ -175,12 +212,14 @@ enum PhaseA {
 }
 
 fn finished(view: CallView) -> RunOutcome {
+    let refusal = view.record.as_ref().and_then(|r| r.meta.refusal.clone());
     RunOutcome {
         view,
         replayed: false,
         invalid_reason: None,
         reasoning_loop: false,
         warnings: Vec::new(),
+        refusal,
     }
 }
 
@@ -219,6 +258,10 @@ impl Engine {
     ) -> Result<RunOutcome, GovernedError> {
         let plan = Arc::new(plan);
         let store_failed = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(RunState {
+            claimed: std::sync::Mutex::new(None),
+            phase: std::sync::atomic::AtomicU8::new(RUNNING),
+        });
         let bounds = {
             let cancel = cancel.clone();
             let deadline = plan.deadline;
@@ -263,11 +306,12 @@ impl Engine {
                 store_failed: false,
             });
         }
-        let phase_a = self.phase_a(&plan, load);
+        let phase_a = self.phase_a(&plan, load, &state);
         let ready = tokio::select! {
             result = phase_a => result?,
             kind = &mut bounds => {
-                self.abandon(plan.clone());
+                state.phase.store(INTERRUPTED, Ordering::SeqCst);
+                self.abandon(&state);
                 return Err(GovernedError::Interrupted { kind, store_failed: false });
             }
         };
@@ -287,9 +331,10 @@ impl Engine {
         let task_plan = plan.clone();
         let flag = store_failed.clone();
         let task_cancel = cancel.clone();
+        let task_state = state.clone();
         tokio::spawn(async move {
             let result = engine
-                .phase_b(&task_plan, record, request, task_cancel, &flag)
+                .phase_b(&task_plan, record, request, task_cancel, &flag, &task_state)
                 .await;
             if let Err(err) = &result
                 && !matches!(err, GovernedError::Interrupted { .. })
@@ -303,37 +348,41 @@ impl Engine {
             result = rx => result.unwrap_or_else(|_| {
                 Err(GovernedError::Store(StoreError::Backend("the call's task ended without a result".into())))
             }),
-            kind = &mut bounds => Err(GovernedError::Interrupted {
-                kind,
-                store_failed: store_failed.load(Ordering::SeqCst),
-            }),
+            kind = &mut bounds => {
+                // Before the dispatch started, this stops it (phase B fences the claim as
+                // aborted); after, the call is in flight and phase B drains it.
+                let _ = state.phase.compare_exchange(RUNNING, INTERRUPTED, Ordering::SeqCst, Ordering::SeqCst);
+                Err(GovernedError::Interrupted {
+                    kind,
+                    store_failed: store_failed.load(Ordering::SeqCst),
+                })
+            }
         }
     }
 
-    /// Fences a claim an interrupted phase A left prepared (in the background: the run has
-    /// already returned).
-    fn abandon(self: &Arc<Self>, plan: Arc<Plan>) {
+    /// Fences the claim this run inserted, if an interrupted phase A left it prepared (in the
+    /// background: the run has already returned). Another run's claim is never touched.
+    fn abandon(self: &Arc<Self>, state: &RunState) {
+        let claimed = state.claimed.lock().ok().and_then(|c| c.clone());
+        let Some(record) = claimed else {
+            return;
+        };
         let engine = self.clone();
         tokio::spawn(async move {
-            let Ok(Some(record)) = engine
-                .ports
-                .executions
-                .execution(&plan.scope, &plan.operation_key)
-                .await
-            else {
-                return;
-            };
-            let ours = JournalEntry::from_record(&record)
-                .is_ok_and(|e| e.meta.call_id == plan.meta.call_id);
-            if ours && record.status == ExecutionStatus::Prepared {
-                let _ = engine
-                    .not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
-                    .await;
-            }
+            // A compare-and-set from the claimed version: if anything moved it, it is not ours
+            // to fence any more.
+            let _ = engine
+                .not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
+                .await;
         });
     }
 
-    async fn phase_a(&self, plan: &Plan, load: RequestFuture) -> Result<PhaseA, GovernedError> {
+    async fn phase_a(
+        &self,
+        plan: &Plan,
+        load: RequestFuture,
+        state: &RunState,
+    ) -> Result<PhaseA, GovernedError> {
         let now = self.now();
         let record = ExecutionRecord {
             scope: plan.scope.clone(),
@@ -349,7 +398,12 @@ impl Engine {
             updated_at: now,
         };
         let record = match self.ports.executions.claim_execution(&record).await? {
-            Claim::Claimed(record) => record,
+            Claim::Claimed(record) => {
+                if let Ok(mut claimed) = state.claimed.lock() {
+                    *claimed = Some(record.clone());
+                }
+                record
+            }
             Claim::Existing(existing) => {
                 let stored = JournalEntry::from_record(&existing)?;
                 if let Some(field) = identity_conflict(&stored.meta, &plan.meta) {
@@ -517,10 +571,22 @@ impl Engine {
         request: ModelRequest,
         cancel: CancellationToken,
         store_failed: &AtomicBool,
+        state: &RunState,
     ) -> Result<RunOutcome, GovernedError> {
-        if cancel.is_cancelled() || Instant::now() >= plan.deadline {
+        let now = Instant::now();
+        let interrupted = state
+            .phase
+            .compare_exchange(RUNNING, DISPATCHING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err();
+        if interrupted
+            || cancel.is_cancelled()
+            || now >= plan.deadline
+            || plan.timeout.is_some_and(|t| now >= t)
+        {
             let kind = if cancel.is_cancelled() {
                 Interruption::Cancelled
+            } else if plan.timeout.is_some_and(|t| now >= t) {
+                Interruption::Timeout
             } else {
                 Interruption::Deadline
             };
@@ -577,7 +643,13 @@ impl Engine {
         });
         let mut stream_error: Option<ProviderError> = None;
         let drain_until = Instant::now() + self.drain_limit;
-        match self.client.dispatch(&request).await {
+        let dispatched = tokio::select! {
+            dispatched = self.client.dispatch(&request) => dispatched,
+            _ = tokio::time::sleep_until(drain_until) => {
+                Err(ProviderError::Transport("the drain limit passed before the stream began".into()))
+            }
+        };
+        match dispatched {
             Err(err) => stream_error = Some(err),
             Ok(mut stream) => loop {
                 let next = tokio::select! {
@@ -667,17 +739,21 @@ impl Engine {
             }
         }
 
+        let priced = collected
+            .usage
+            .and_then(|usage| plan.meta.prices.cost_micros(&usage).map(|a| (usage, a)));
         let (outcome, amount, usage, refusal) = if context_proof {
+            // The provider attested it read nothing it could answer: free by proof; the usage
+            // it reported stays with the charge so the inbox evidence reconciles.
             (
                 Outcome::Refused,
                 0,
-                None,
+                collected.usage,
                 Some("context_window_exceeded".to_owned()),
             )
         } else if prestream_proof {
             (Outcome::Unavailable, 0, None, None)
-        } else if let Some(usage) = collected.usage {
-            let amount = plan.meta.prices.cost_micros(&usage);
+        } else if let Some((usage, amount)) = priced {
             let outcome = if collected.invalid.is_some() {
                 Outcome::Invalid
             } else if stream_error.is_some() {
@@ -690,7 +766,7 @@ impl Engine {
             let refusal = (outcome == Outcome::Refused).then(|| "model".to_owned());
             (outcome, amount, Some(usage), refusal)
         } else {
-            // Dispatched, cost unknown: an operator reconciles.
+            // Dispatched, cost unknown (or unpriceable): an operator reconciles.
             let mut next = record.clone();
             next.status = ExecutionStatus::ReconciliationRequired;
             next.updated_at = self.now();
@@ -722,6 +798,7 @@ impl Engine {
                 invalid_reason: collected.invalid,
                 reasoning_loop: collected.loop_cut,
                 warnings: Vec::new(),
+                refusal: None,
             });
         };
 
@@ -730,6 +807,28 @@ impl Engine {
         } else {
             collected.step.stop.clone()
         };
+        // Recovery may have fenced the call while it streamed: then it owns the accounting.
+        let current = self
+            .ports
+            .executions
+            .execution(&plan.scope, &plan.operation_key)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        if current.version != record.version {
+            self.background(
+                &plan.operation_key,
+                "fenced",
+                "recovery fenced the call while it streamed",
+            );
+            return Ok(RunOutcome {
+                view: self.view_of(&current, plan.root_key()).await?,
+                replayed: false,
+                invalid_reason: collected.invalid,
+                reasoning_loop: collected.loop_cut,
+                warnings: Vec::new(),
+                refusal: None,
+            });
+        }
         let charge = self
             .settle(plan, amount, usage, collected.reference.clone())
             .await?;
@@ -779,6 +878,7 @@ impl Engine {
 
         let mut meta = plan.meta.clone();
         meta.refusal = refusal;
+        let meta_refusal = meta.refusal.clone();
         meta.result = Some(ResultMeta {
             outcome,
             stop_reason,
@@ -818,6 +918,7 @@ impl Engine {
                     invalid_reason: collected.invalid,
                     reasoning_loop: collected.loop_cut,
                     warnings,
+                    refusal: None,
                 });
             }
             Err(err) => return Err(err.into()),
@@ -846,6 +947,7 @@ impl Engine {
             invalid_reason: collected.invalid,
             reasoning_loop: collected.loop_cut,
             warnings,
+            refusal: meta_refusal,
         })
     }
 
@@ -1128,10 +1230,11 @@ impl Engine {
                 let agreed = exact
                     .first()
                     .filter(|first| exact.iter().all(|u| u == *first));
-                match agreed.and_then(|u| serde_json::from_value::<Usage>((*u).clone()).ok()) {
+                let usage = agreed.and_then(|u| serde_json::from_value::<Usage>((*u).clone()).ok());
+                let priced = usage.and_then(|u| entry.meta.prices.cost_micros(&u).map(|a| (u, a)));
+                match priced {
                     None => None,
-                    Some(usage) => {
-                        let amount = entry.meta.prices.cost_micros(&usage);
+                    Some((usage, amount)) => {
                         let charge =
                             charge_for(scope, key, &entry.meta, amount, Some(usage), None, now);
                         Some(self.ports.settlement.settle(&charge).await?.charge)
@@ -1155,7 +1258,25 @@ impl Engine {
             let receipt = receipt_for(scope, root_key, key, &entry.meta, charge.amount_micros, now);
             self.ports.accounting.record_root_receipt(&receipt).await?;
         }
-        let slot = self.ports.results.result(scope, key).await?;
+        let mut slot = self.ports.results.result(scope, key).await?;
+        if slot
+            .as_ref()
+            .is_some_and(|s| s.envelope.is_none() && s.erased_at.is_none())
+        {
+            // The output was lost: record that, so a late writer cannot store a different
+            // outcome than the one completed here (the first envelope wins).
+            let lost = Envelope {
+                outcome: Outcome::Unavailable,
+                stop_reason: None,
+                text: None,
+                json: None,
+                step: None,
+                refusal: None,
+            };
+            let lost =
+                serde_json::to_value(&lost).map_err(|e| StoreError::Backend(e.to_string()))?;
+            slot = Some(self.ports.results.store_envelope(scope, key, &lost).await?);
+        }
         let stored_outcome = slot
             .as_ref()
             .and_then(|s| s.envelope.clone())
@@ -1257,7 +1378,7 @@ impl Engine {
                 continue;
             }
             let durable = match record.status {
-                ExecutionStatus::NotDispatched => true,
+                ExecutionStatus::NotDispatched => entry.observation.exact,
                 ExecutionStatus::Completed if entry.observation.exact => {
                     let charge = self.ports.settlement.charge(scope, key).await?;
                     let agrees = charge

@@ -136,6 +136,21 @@ fn check_request(
     max_chars: usize,
 ) -> Result<(), LoadFailure> {
     crate::text::check_messages(&loaded.messages, max_chars)?;
+    // The whole request counts: messages, system and the tools' JSON.
+    let chars = loaded
+        .messages
+        .iter()
+        .map(|m| m.text.chars().count())
+        .sum::<usize>()
+        + loaded.system.as_ref().map_or(0, |s| s.chars().count())
+        + loaded
+            .tools
+            .iter()
+            .map(|t| serde_json::to_string(t).map_or(usize::MAX, |j| j.chars().count()))
+            .fold(0usize, usize::saturating_add);
+    if chars > max_chars {
+        return Err(LoadFailure::Invalid);
+    }
     let mut names = std::collections::HashSet::new();
     for tool in &loaded.tools {
         if !check_tool_name(&tool.name) || !names.insert(tool.name.as_str()) {
@@ -179,6 +194,13 @@ impl GovernedStepRunner {
             ));
         }
         config.caps.check()?;
+        crate::engine::check_bound("drain_limit", config.drain_limit)?;
+        if config.result_retention < config.run_timeout {
+            return Err(GovernedError::config(
+                "result_retention",
+                "must cover at least run_timeout, so recovery can still read the result",
+            ));
+        }
         let engine = Engine {
             ports: config.ports.clone(),
             client: config.client.clone(),
@@ -207,6 +229,12 @@ impl GovernedStepRunner {
 
     /// Runs the planned call once under its root.
     pub async fn run(&self, run: StepRun) -> Result<RunOutcome, GovernedError> {
+        crate::engine::check_host_key("operation_key", &run.call.operation_key)?;
+        self.run_unchecked(run).await
+    }
+
+    /// [`run`](Self::run) for the structured runner's own identifiers.
+    pub(crate) async fn run_unchecked(&self, run: StepRun) -> Result<RunOutcome, GovernedError> {
         let call = run.call;
         check_id("root_key", &call.root_key, MAX_KEY)?;
         check_id("operation_key", &call.operation_key, MAX_KEY)?;
@@ -224,6 +252,43 @@ impl GovernedStepRunner {
                 "rationale",
                 "must be at most 4096 bytes",
             ));
+        }
+
+        // The controls are validated before anything is written.
+        let probe = ModelRequest {
+            system: None,
+            messages: vec![Msg::user("probe")],
+            tools: Vec::new(),
+            output: None,
+            controls: Controls {
+                tool_choice: None,
+                ..call.controls.clone()
+            },
+        };
+        self.config
+            .client
+            .validate(&probe)
+            .map_err(|u| GovernedError::input(&u.field, u.reason))?;
+        // A key already journaled under another root conflicts without touching this root; a
+        // new call past its deadline is refused before any write.
+        let existing = self
+            .engine
+            .ports
+            .executions
+            .execution(&call.scope, &call.operation_key)
+            .await?;
+        if let Some(existing) = &existing {
+            let meta = crate::types::JournalEntry::from_record(existing)?.meta;
+            if meta.identity.root_key.as_deref() != Some(call.root_key.as_str()) {
+                return Err(GovernedError::Conflict {
+                    field: "root_key".to_owned(),
+                });
+            }
+        } else if call.deadline_at <= self.engine.clock.now() {
+            return Err(GovernedError::Interrupted {
+                kind: crate::types::Interruption::Deadline,
+                store_failed: false,
+            });
         }
 
         // The root slot, before the journal claim.
@@ -321,7 +386,11 @@ impl GovernedStepRunner {
             return Ok(None);
         }
         if let Some(view) = self.engine.read(scope, operation_key).await? {
-            return Ok(Some(view));
+            let bound = view
+                .record
+                .as_ref()
+                .is_some_and(|r| r.meta.identity.root_key.as_deref() == Some(root_key));
+            return Ok(bound.then_some(view));
         }
         // Admitted without a journal record: the root says what that means.
         let active = ports
@@ -358,6 +427,15 @@ impl GovernedStepRunner {
             .has_call(scope, root_key, operation_key)
             .await?
         {
+            return Ok(None);
+        }
+        let bound = self
+            .engine
+            .read(scope, operation_key)
+            .await?
+            .and_then(|v| v.record)
+            .is_none_or(|r| r.meta.identity.root_key.as_deref() == Some(root_key));
+        if !bound {
             return Ok(None);
         }
         self.engine.recover(scope, operation_key, lease).await

@@ -321,11 +321,8 @@ impl StructuredCallRunner {
                         replayed: false,
                         invalid_reason: None,
                         reasoning_loop: false,
-                        warnings: vec![crate::types::CapWarning {
-                            cap: refusal,
-                            limit_micros: 0,
-                            spent_micros: 0,
-                        }],
+                        warnings: Vec::new(),
+                        refusal: Some(refusal),
                     });
                 }
                 let deadline_ms =
@@ -356,7 +353,7 @@ impl StructuredCallRunner {
         let loader = run.load_input;
         let outcome = self
             .step
-            .run(StepRun {
+            .run_unchecked(StepRun {
                 call: OperationCallInput {
                     scope: run.scope.clone(),
                     root_key: root_key.clone(),
@@ -419,10 +416,10 @@ impl StructuredCallRunner {
             .peek(&run.scope, &run.session_id, &crate::engine::day_of(now))
             .await?;
         if session.is_some_and(|c| spend.session_micros >= c.limit_micros) {
-            return Ok(Some("session".to_owned()));
+            return Ok(Some("cap:session".to_owned()));
         }
         if day.is_some_and(|c| spend.day_micros >= c.limit_micros) {
-            return Ok(Some("day".to_owned()));
+            return Ok(Some("cap:day".to_owned()));
         }
         Ok(None)
     }
@@ -530,6 +527,7 @@ fn replay(view: Option<CallView>) -> RunOutcome {
         invalid_reason: None,
         reasoning_loop: false,
         warnings: Vec::new(),
+        refusal: None,
     }
 }
 

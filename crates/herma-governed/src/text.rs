@@ -11,7 +11,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::collector::MAX_OUTPUT_CHARS_CEILING;
-use crate::engine::{Engine, LoadFailure, Mode, Plan, Validator, call_id, check_id, day_of};
+use crate::engine::{
+    Engine, LoadFailure, Mode, Plan, Validator, call_id, check_bound, check_host_key, check_id,
+    day_of,
+};
 use crate::types::{
     BackgroundErrorHandler, CallMeta, CallView, Caps, Clock, GovernedError, Identity, Prices,
     RunOutcome, SystemClock, UsageQuery, UsageReconciliation,
@@ -206,8 +209,13 @@ impl SingleCallRunner {
                 "the text runner has no operation root",
             ));
         }
-        if config.deadline.is_zero() {
-            return Err(GovernedError::config("deadline", "must be positive"));
+        check_bound("deadline", config.deadline)?;
+        check_bound("drain_limit", config.drain_limit)?;
+        if config.result_retention < config.deadline {
+            return Err(GovernedError::config(
+                "result_retention",
+                "must cover at least the deadline, so recovery can still read the result",
+            ));
         }
         if config.max_input_chars == 0 {
             return Err(GovernedError::config("max_input_chars", "must be positive"));
@@ -245,7 +253,7 @@ impl SingleCallRunner {
     /// original envelope without loading input or dispatching.
     pub async fn run(&self, run: TextRun) -> Result<RunOutcome, GovernedError> {
         check_id("session_id", &run.session_id, MAX_ID)?;
-        check_id("operation_key", &run.operation_key, MAX_KEY)?;
+        check_host_key("operation_key", &run.operation_key)?;
         check_id("input_revision", &run.input_revision, MAX_ID)?;
         check_id("intent", &run.intent, MAX_ID)?;
         if run.tool_choice.is_some() {

@@ -55,6 +55,10 @@ impl Clock for ManualClock {
     }
 }
 
+/// The largest charge one call can settle (a billion currency units): beyond it the usage
+/// is treated as unpriceable evidence and left to an operator.
+pub const MAX_CHARGE_MICROS: i64 = 1_000_000_000_000_000;
+
 /// Prices in micro-units of the operator's currency per million tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prices {
@@ -67,14 +71,17 @@ pub struct Prices {
 }
 
 impl Prices {
-    /// The cost of `usage` in micros, rounded up (a fraction of a micro is charged as one).
-    pub fn cost_micros(&self, usage: &Usage) -> i64 {
+    /// The cost of `usage` in micros, rounded up (a fraction of a micro is charged as one);
+    /// `None` when it passes [`MAX_CHARGE_MICROS`] (implausible evidence: unpriceable).
+    pub fn cost_micros(&self, usage: &Usage) -> Option<i64> {
         let total = i128::from(usage.input_tokens) * i128::from(self.input_per_mtok)
             + i128::from(usage.output_tokens) * i128::from(self.output_per_mtok)
             + i128::from(usage.cache_read_tokens) * i128::from(self.cache_read_per_mtok)
             + i128::from(usage.cache_write_tokens) * i128::from(self.cache_write_per_mtok);
         let micros = (total + 999_999).div_euclid(1_000_000);
-        i64::try_from(micros).unwrap_or(i64::MAX)
+        i64::try_from(micros)
+            .ok()
+            .filter(|m| *m <= MAX_CHARGE_MICROS)
     }
 
     pub(crate) fn check(&self) -> Result<(), GovernedError> {
@@ -338,6 +345,9 @@ pub struct RunOutcome {
     /// A reasoning loop was cut (`invalid_reason` is `reasoning_chars`).
     pub reasoning_loop: bool,
     pub warnings: Vec<CapWarning>,
+    /// Why a call was refused before or after dispatch, as a closed name (`cap:session`,
+    /// `cap:day`, `cap:root`, `unsupported:<field>`, `model`, `context_window_exceeded`).
+    pub refusal: Option<String>,
 }
 
 /// Which bound interrupted a run.

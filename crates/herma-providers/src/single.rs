@@ -28,6 +28,7 @@
 //! | tool choice `tool` (named) | yes              | yes                | yes              |
 //! | a tool choice, no tools    | refused          | refused            | refused          |
 //! | output JSON schema         | yes (`text.format`) | refused         | yes (`response_format`) |
+//! | `cache` override           | refused (automatic) | yes (`cache_control`) | refused (automatic) |
 //! | messages                   | text user/assistant | text user/assistant | text user/assistant |
 
 use std::collections::BTreeMap;
@@ -381,6 +382,15 @@ pub fn validate_for(kind: ProviderKind, request: &ModelRequest) -> Result<(), Un
             ));
         }
     }
+    if controls.cache.is_some() && kind != ProviderKind::AnthropicMessages {
+        return Err(unsupported(
+            "controls.cache",
+            format!(
+                "{} caches automatically; it cannot be overridden",
+                kind.as_str()
+            ),
+        ));
+    }
     if request.output.is_some() && kind == ProviderKind::AnthropicMessages {
         return Err(unsupported(
             "output",
@@ -455,6 +465,8 @@ pub fn encode_request(kind: ProviderKind, request: &ModelRequest) -> Value {
             body.insert("input".into(), Value::Array(input));
             body.insert("max_output_tokens".into(), json!(c.max_tokens));
             body.insert("store".into(), json!(false));
+            // Without stored responses, reasoning comes back only as encrypted content.
+            body.insert("include".into(), json!(["reasoning.encrypted_content"]));
             if !request.tools.is_empty() {
                 let tools: Vec<Value> = request
                     .tools
@@ -891,7 +903,19 @@ impl Decoder {
                     Some("thinking") | Some("redacted_thinking") => {
                         out.push_back(Ok(ModelEvent::Reasoning(block)))
                     }
-                    _ => out.push_back(Ok(ModelEvent::ProviderBlock(block))),
+                    _ => {
+                        // Server tools stream their input as JSON too: keep it, parsed.
+                        let mut block = block;
+                        if !partial.is_empty()
+                            && let (Some(object), Ok(input)) = (
+                                block.as_object_mut(),
+                                serde_json::from_str::<Value>(&partial),
+                            )
+                        {
+                            object.insert("input".to_owned(), input);
+                        }
+                        out.push_back(Ok(ModelEvent::ProviderBlock(block)))
+                    }
                 }
             }
             "message_delta" => {
@@ -1252,6 +1276,15 @@ mod tests {
                 &request(vec![], None, Some(1.5))
             )
             .is_ok()
+        );
+        let mut cached = request(vec![], None, None);
+        cached.controls.cache = Some(false);
+        assert!(validate_for(ProviderKind::AnthropicMessages, &cached).is_ok());
+        assert_eq!(
+            validate_for(ProviderKind::OpenAiResponses, &cached)
+                .unwrap_err()
+                .field,
+            "controls.cache"
         );
     }
 

@@ -292,10 +292,11 @@ impl GovernedCostSettlementStore for MemoryGovernedStore {
             session_counter(&charge.session_id),
             day_counter(&charge.day),
         ] {
-            *inner
+            let value = inner
                 .counters
                 .entry((charge.scope.clone(), counter))
-                .or_default() += charge.amount_micros;
+                .or_default();
+            *value = value.saturating_add(charge.amount_micros);
         }
         Ok(Settlement {
             charge: charge.clone(),
@@ -347,7 +348,8 @@ impl SpendStore for MemoryGovernedStore {
     ) -> StoreResult<()> {
         let mut inner = self.lock()?;
         for counter in [session_counter(session_id), day_counter(day)] {
-            *inner.counters.entry((scope.clone(), counter)).or_default() += micros;
+            let value = inner.counters.entry((scope.clone(), counter)).or_default();
+            *value = value.saturating_add(micros);
         }
         Ok(())
     }
@@ -501,7 +503,7 @@ impl OperationAccountingStore for MemoryGovernedStore {
             .roots
             .get_mut(&key(&receipt.scope, &receipt.root_key))
             .ok_or(StoreError::NotFound)?;
-        root.settled_micros += receipt.amount_micros;
+        root.settled_micros = root.settled_micros.saturating_add(receipt.amount_micros);
         root.receipts += 1;
         inner.receipts.insert(k, receipt.clone());
         Ok((receipt.clone(), true))

@@ -629,7 +629,192 @@ async fn usage_reconciliation_is_scoped_to_the_root(backend: Backend) {
     assert_eq!(pending[0].observation.operation_key, "b");
 }
 
+async fn a_root_block_cap_counts_the_inclusive_root_cost(backend: Backend) {
+    let h = step_harness(
+        backend,
+        ProviderKind::AnthropicMessages,
+        FailWhen::Never,
+        |c| {
+            c.caps.root = Some(herma_governed::Cap {
+                limit_micros: 5_000,
+                mode: herma_governed::CapMode::Block,
+            });
+        },
+    )
+    .await;
+    let first = h.runner.run(h.run("a", None)).await.unwrap();
+    assert_eq!(first.view.envelope().unwrap().outcome, Outcome::Blocked);
+    assert_eq!(first.view.root_receipt.unwrap().amount_micros, 7_500);
+    let second = h.runner.run(h.run("b", None)).await.unwrap();
+    assert_eq!(second.view.state, ViewState::NotDispatched);
+    assert_eq!(second.refusal.as_deref(), Some("cap:root"));
+    assert_eq!(h.client.dispatches(), 1);
+}
+
+async fn a_changed_identity_conflicts_and_another_root_is_left_untouched(backend: Backend) {
+    let h = step_harness(
+        backend,
+        ProviderKind::AnthropicMessages,
+        FailWhen::Never,
+        |_| {},
+    )
+    .await;
+    h.open_root("root-2").await;
+    h.runner.run(h.run("k", None)).await.unwrap();
+    type Change = Box<dyn Fn(&mut OperationCallInput)>;
+    let changes: Vec<(&str, Change)> = vec![
+        ("session_id", Box::new(|c| c.session_id = "s2".into())),
+        ("intent", Box::new(|c| c.intent = "other".into())),
+        (
+            "input_revision",
+            Box::new(|c| c.input_revision = "rev-2".into()),
+        ),
+        (
+            "policy_version",
+            Box::new(|c| c.policy_version = "policy-2".into()),
+        ),
+        (
+            "price_version",
+            Box::new(|c| c.price_version = "prices-2".into()),
+        ),
+        (
+            "output_contract_version",
+            Box::new(|c| c.output_contract_version = "output-2".into()),
+        ),
+        ("root_key", Box::new(|c| c.root_key = "root-2".into())),
+    ];
+    for (field, change) in changes {
+        let mut run = h.run("k", None);
+        change(&mut run.call);
+        assert_eq!(
+            h.runner.run(run).await.unwrap_err(),
+            GovernedError::Conflict {
+                field: field.into()
+            }
+        );
+    }
+    let other = h
+        .flaky
+        .ports()
+        .trees
+        .root(&h.scope, "root-2")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.reserved_calls, 0, "the other root admitted nothing");
+    assert!(
+        h.runner
+            .read(&h.scope, "root-2", "k")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(h.client.dispatches(), 1);
+}
+
+async fn a_new_call_past_its_deadline_is_refused_before_any_write(backend: Backend) {
+    let h = step_harness(
+        backend,
+        ProviderKind::AnthropicMessages,
+        FailWhen::Never,
+        |_| {},
+    )
+    .await;
+    let mut run = h.run("late", None);
+    run.call.deadline_at = h.clock.now();
+    assert_eq!(
+        h.runner.run(run).await.unwrap_err(),
+        GovernedError::Interrupted {
+            kind: Interruption::Deadline,
+            store_failed: false
+        }
+    );
+    assert!(
+        !h.flaky
+            .ports()
+            .trees
+            .has_call(&h.scope, "root-1", "late")
+            .await
+            .unwrap()
+    );
+    // Controls outside the provider's matrix are refused before any write too.
+    let mut hot = h.run("hot", None);
+    hot.call.controls.temperature = Some(3.0);
+    assert!(matches!(
+        h.runner.run(hot).await,
+        Err(GovernedError::InvalidInput { field, .. }) if field == "controls.temperature"
+    ));
+    assert!(
+        !h.flaky
+            .ports()
+            .trees
+            .has_call(&h.scope, "root-1", "hot")
+            .await
+            .unwrap()
+    );
+    assert_eq!(h.client.dispatches(), 0);
+}
+
+async fn recover_repairs_the_receipts_of_a_completed_call(backend: Backend) {
+    use herma_governed::ports::{Claim, ExecutionRecord, ExecutionStatus};
+    let h = step_harness(
+        backend,
+        ProviderKind::AnthropicMessages,
+        FailWhen::Never,
+        |_| {},
+    )
+    .await;
+    // A completed call whose financial receipts never landed (an older writer crashed).
+    h.runner.run(h.run("donor", None)).await.unwrap();
+    let ports = h.flaky.ports();
+    let donor = ports
+        .executions
+        .execution(&h.scope, "donor")
+        .await
+        .unwrap()
+        .unwrap();
+    ports
+        .trees
+        .reserve_call(&h.scope, "root-1", "orphan")
+        .await
+        .unwrap();
+    let record = ExecutionRecord {
+        operation_key: "orphan".into(),
+        version: 0,
+        ..donor
+    };
+    assert!(matches!(
+        ports.executions.claim_execution(&record).await.unwrap(),
+        Claim::Claimed(r) if r.status == ExecutionStatus::Completed
+    ));
+    let before = h
+        .runner
+        .read(&h.scope, "root-1", "orphan")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        before.state,
+        ViewState::ReconciliationRequired,
+        "both receipts are required"
+    );
+    let after = h
+        .runner
+        .recover(&h.scope, "root-1", "orphan", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.state, ViewState::Completed);
+    assert_eq!(after.receipt.unwrap().amount_micros, 7_500);
+    assert_eq!(after.root_receipt.unwrap().amount_micros, 7_500);
+    assert_eq!(h.client.dispatches(), 1, "recovery never dispatches");
+}
+
 on_all_backends!(
+    a_root_block_cap_counts_the_inclusive_root_cost,
+    a_changed_identity_conflicts_and_another_root_is_left_untouched,
+    a_new_call_past_its_deadline_is_refused_before_any_write,
+    recover_repairs_the_receipts_of_a_completed_call,
     a_step_keeps_its_blocks_in_order_with_one_charge_and_one_root_receipt,
     each_invalid_reason_is_reported_by_the_run_and_never_stored,
     a_reasoning_loop_is_cut_and_left_for_reconciliation,

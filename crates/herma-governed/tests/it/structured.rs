@@ -249,7 +249,27 @@ async fn recover_and_reconcile_usage_take_the_host_key(backend: Backend) {
     assert_eq!(h.client.dispatches(), 1);
 }
 
+async fn the_session_block_preflight_runs_before_any_root_exists(backend: Backend) {
+    let h = harness(backend).await;
+    let mut config = structured_config(h.flaky.ports(), h.client.clone(), h.clock.clone());
+    config.caps.session = Some(herma_governed::Cap {
+        limit_micros: 100,
+        mode: herma_governed::CapMode::Block,
+    });
+    let capped = StructuredCallRunner::new(config).unwrap();
+    h.runner.run(h.run("spends")).await.unwrap();
+    let blocked = capped.run(h.run("blocked")).await.unwrap();
+    assert_eq!(blocked.view.state, ViewState::NotDispatched);
+    assert_eq!(blocked.refusal.as_deref(), Some("cap:session"));
+    assert!(
+        capped.read(&h.scope, "blocked").await.unwrap().is_none(),
+        "no root was opened"
+    );
+    assert_eq!(h.client.dispatches(), 1);
+}
+
 on_all_backends!(
+    the_session_block_preflight_runs_before_any_root_exists,
     a_forced_tool_extraction_completes_and_replays,
     a_changed_binding_conflicts,
     root_only_views_follow_the_root,

@@ -269,6 +269,8 @@ pub enum FailWhen {
     Audit,
     /// Only result reservations.
     Reserve,
+    /// Only usage deposits.
+    Deposit,
 }
 
 /// Wraps ports, counting writes (and the calls the engine must never make) and failing as told.
@@ -314,6 +316,7 @@ impl Flaky {
             FailWhen::FromWrite(k) => n >= k,
             FailWhen::Audit => what == "audit",
             FailWhen::Reserve => what == "reserve_result",
+            FailWhen::Deposit => what == "deposit_usage",
         };
         if fail {
             Err(StoreError::Backend(format!(

@@ -617,7 +617,103 @@ async fn clients_that_retry_are_refused(backend: Backend) {
     ));
 }
 
+async fn a_cancelled_replay_never_aborts_the_original_run(backend: Backend) {
+    let h = Arc::new(harness(backend).await);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let mut original = h.run("shared");
+    let gate = release.clone();
+    original.load_input = Box::new(move || {
+        Box::pin(async move {
+            gate.notified().await;
+            Ok(vec![Msg::user("What is Herma?")])
+        })
+    });
+    let first = tokio::spawn({
+        let h = h.clone();
+        async move { h.runner.run(original).await }
+    });
+    let runner = h.runner.clone();
+    let scope = h.scope.clone();
+    eventually(|| {
+        let runner = runner.clone();
+        let scope = scope.clone();
+        async move { runner.read(&scope, "shared").await.unwrap().is_some() }
+    })
+    .await;
+    // A replay whose caller already gave up.
+    let cancel = herma_governed::CancellationToken::new();
+    cancel.cancel();
+    let mut replay = h.run("shared");
+    replay.cancel = Some(cancel);
+    assert!(h.runner.run(replay).await.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    release.notify_one();
+    let done = first.await.unwrap().unwrap();
+    assert_eq!(
+        done.view.state,
+        ViewState::Completed,
+        "the original run was not fenced"
+    );
+    assert_eq!(h.client.dispatches(), 1);
+}
+
+async fn an_interruption_after_a_failed_store_write_is_not_a_step_interruption(backend: Backend) {
+    let h = harness_with(backend, FailWhen::Deposit, |c| {
+        c.deadline = Duration::from_millis(300);
+    })
+    .await;
+    h.client.queue(vec![
+        ev(ModelEvent::Reference("r".into())),
+        ev(ModelEvent::Usage(usage(10, 10))),
+        Item::Hang,
+    ]);
+    let err = h.runner.run(h.run("x")).await.unwrap_err();
+    assert_eq!(
+        err,
+        GovernedError::Interrupted {
+            kind: Interruption::Deadline,
+            store_failed: true
+        }
+    );
+    assert!(!is_step_interruption(&err));
+}
+
+async fn a_pre_stream_rejection_settles_the_text_call_at_zero(backend: Backend) {
+    let h = harness(backend).await;
+    h.client.queue(vec![
+        ev(ModelEvent::Reference("req_1".into())),
+        Item::Fail(herma_providers::single::ProviderError::Rejected { status: 400 }),
+    ]);
+    let outcome = h.runner.run(h.run("rejected")).await.unwrap();
+    assert_eq!(outcome.view.state, ViewState::Completed);
+    assert_eq!(
+        outcome.view.envelope().unwrap().outcome,
+        Outcome::Unavailable
+    );
+    assert_eq!(outcome.view.envelope().unwrap().stop_reason, None);
+    assert_eq!(outcome.view.receipt.unwrap().amount_micros, 0);
+}
+
+async fn reserved_keys_and_unpriceable_usage_are_refused(backend: Backend) {
+    let h = harness(backend).await;
+    assert!(matches!(
+        h.runner.run(h.run("alma-structured-v1:root:abc")).await,
+        Err(GovernedError::InvalidInput { field, .. }) if field == "operation_key"
+    ));
+    h.client.queue(text_answer("x", usage(u64::MAX, u64::MAX)));
+    let outcome = h.runner.run(h.run("absurd")).await.unwrap();
+    assert_eq!(outcome.view.state, ViewState::ReconciliationRequired);
+    assert!(
+        outcome.view.receipt.is_none(),
+        "implausible evidence is left to an operator"
+    );
+}
+
 on_all_backends!(
+    a_cancelled_replay_never_aborts_the_original_run,
+    an_interruption_after_a_failed_store_write_is_not_a_step_interruption,
+    a_pre_stream_rejection_settles_the_text_call_at_zero,
+    reserved_keys_and_unpriceable_usage_are_refused,
     a_call_completes_settles_once_and_replays_without_redispatch,
     concurrent_runs_of_one_key_dispatch_once,
     a_changed_session_intent_revision_or_version_conflicts,
