@@ -190,6 +190,35 @@ fn to_meta(meta: &CallMeta) -> Result<Value, GovernedError> {
         .map_err(|e| GovernedError::Store(StoreError::Backend(format!("encoding meta: {e}"))))
 }
 
+type PhaseB = Pin<Box<dyn Future<Output = Result<RunOutcome, GovernedError>> + Send>>;
+
+/// Holds an unfinished phase B; dropping it moves the rest into its own task.
+struct Detach {
+    phase_b: Option<PhaseB>,
+    engine: Arc<Engine>,
+    operation_key: String,
+}
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        let Some(phase_b) = self.phase_b.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        let key = std::mem::take(&mut self.operation_key);
+        runtime.spawn(async move {
+            if let Err(err) = phase_b.await
+                && !matches!(err, GovernedError::Interrupted { .. })
+            {
+                engine.background(&key, "drain", err.to_string());
+            }
+        });
+    }
+}
+
 /// Who decided first: phase B starting the dispatch, or the run reporting an interruption.
 const RUNNING: u8 = 0;
 const DISPATCHING: u8 = 1;
@@ -308,12 +337,14 @@ impl Engine {
         }
         let phase_a = self.phase_a(&plan, load, &state);
         let ready = tokio::select! {
-            result = phase_a => result?,
+            // A run already cancelled (or past a bound) never starts.
+            biased;
             kind = &mut bounds => {
                 state.phase.store(INTERRUPTED, Ordering::SeqCst);
                 self.abandon(&state);
                 return Err(GovernedError::Interrupted { kind, store_failed: false });
             }
+            result = phase_a => result?,
         };
         let (record, request) = match ready {
             PhaseA::Replay(view) => {
@@ -326,32 +357,44 @@ impl Engine {
             PhaseA::Ready { record, request } => (record, request),
         };
 
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        // Phase B is polled here (no task hand-off on the common path); if the run returns
+        // early — interrupted, or its future dropped by the host — the `Detach` guard moves
+        // the rest of phase B into its own task, so a dispatched stream is always drained.
         let engine = self.clone();
         let task_plan = plan.clone();
         let flag = store_failed.clone();
         let task_cancel = cancel.clone();
         let task_state = state.clone();
-        tokio::spawn(async move {
-            let result = engine
-                .phase_b(&task_plan, record, request, task_cancel, &flag, &task_state)
-                .await;
-            if let Err(err) = &result
-                && !matches!(err, GovernedError::Interrupted { .. })
-                && tx.is_closed()
-            {
-                engine.background(&task_plan.operation_key, "drain", err.to_string());
+        let mut detach = Detach {
+            phase_b: Some(Box::pin(async move {
+                engine
+                    .phase_b(&task_plan, record, request, task_cancel, &flag, &task_state)
+                    .await
+            })),
+            engine: self.clone(),
+            operation_key: plan.operation_key.clone(),
+        };
+        let finished = tokio::select! {
+            result = std::future::poll_fn(|cx| match detach.phase_b.as_mut() {
+                Some(phase_b) => phase_b.as_mut().poll(cx),
+                None => std::task::Poll::Pending,
+            }) => Ok(result),
+            kind = &mut bounds => Err(kind),
+        };
+        match finished {
+            Ok(result) => {
+                detach.phase_b = None;
+                result
             }
-            let _ = tx.send(result);
-        });
-        tokio::select! {
-            result = rx => result.unwrap_or_else(|_| {
-                Err(GovernedError::Store(StoreError::Backend("the call's task ended without a result".into())))
-            }),
-            kind = &mut bounds => {
+            Err(kind) => {
                 // Before the dispatch started, this stops it (phase B fences the claim as
                 // aborted); after, the call is in flight and phase B drains it.
-                let _ = state.phase.compare_exchange(RUNNING, INTERRUPTED, Ordering::SeqCst, Ordering::SeqCst);
+                let _ = state.phase.compare_exchange(
+                    RUNNING,
+                    INTERRUPTED,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
                 Err(GovernedError::Interrupted {
                     kind,
                     store_failed: store_failed.load(Ordering::SeqCst),

@@ -23,6 +23,8 @@ struct Inner {
     executions: HashMap<Key, ExecutionRecord>,
     results: HashMap<Key, ResultSlot>,
     inbox: BTreeMap<u64, InboxEntry>,
+    /// (scope, key, observation id) → seq: deposits are idempotent without a scan.
+    inbox_ids: HashMap<(CallerScope, String, String), u64>,
     next_seq: u64,
     charges: HashMap<Key, GovernedCharge>,
     counters: HashMap<(CallerScope, String), i64>,
@@ -208,14 +210,21 @@ impl ExecutionResultStore for MemoryGovernedStore {
 impl UsageInbox for MemoryGovernedStore {
     async fn deposit_usage(&self, observation: &UsageObservation) -> StoreResult<InboxEntry> {
         let mut inner = self.lock()?;
-        if let Some(existing) = inner.inbox.values().find(|e| {
-            e.observation.scope == observation.scope
-                && e.observation.operation_key == observation.operation_key
-                && e.observation.observation_id == observation.observation_id
-        }) {
+        let id = (
+            observation.scope.clone(),
+            observation.operation_key.clone(),
+            observation.observation_id.clone(),
+        );
+        if let Some(existing) = inner
+            .inbox_ids
+            .get(&id)
+            .and_then(|seq| inner.inbox.get(seq))
+        {
             return Ok(existing.clone());
         }
         inner.next_seq += 1;
+        let seq = inner.next_seq;
+        inner.inbox_ids.insert(id, seq);
         let entry = InboxEntry {
             seq: inner.next_seq,
             observation: observation.clone(),
