@@ -112,6 +112,7 @@ fn engine(c: &mut Criterion) {
     group.bench_function("bare", |b| {
         b.to_async(&rt).iter(|| async {
             let request = ModelRequest {
+                call: None,
                 system: None,
                 messages: vec![Msg::user("Say hello.")],
                 tools: Vec::new(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use herma_core::{CallerScope, Timestamp};
 use herma_providers::single::{
-    ModelClient, ModelEvent, ModelRequest, ProviderError, StopReason, Usage,
+    CallTag, ModelClient, ModelEvent, ModelRequest, ProviderError, StopReason, Usage,
 };
 use herma_store::StoreError;
 use herma_store::governed::{
@@ -74,6 +74,8 @@ pub(crate) struct Plan {
     pub caps: Caps,
     pub max_output_chars: usize,
     pub mode: Mode,
+    /// The policy refused the call before the claim (`policy:<name>`).
+    pub refusal: Option<String>,
 }
 
 impl Plan {
@@ -494,6 +496,12 @@ impl Engine {
             return Ok(PhaseA::Done(finished(view)));
         }
 
+        if let Some(refusal) = plan.refusal.clone() {
+            let view = self
+                .not_dispatched(&record, Some(NotDispatchedCause::Invalid), Some(refusal))
+                .await?;
+            return Ok(PhaseA::Done(finished(view)));
+        }
         let preflight = match self.preflight(plan).await {
             Ok(preflight) => preflight,
             Err(err) => {
@@ -686,6 +694,11 @@ impl Engine {
         });
         let mut stream_error: Option<ProviderError> = None;
         let drain_until = Instant::now() + self.drain_limit;
+        let mut request = request;
+        request.call = Some(CallTag {
+            call_id: plan.meta.call_id.clone(),
+            attempt: 1,
+        });
         let dispatched = tokio::select! {
             dispatched = self.client.dispatch(&request) => dispatched,
             _ = tokio::time::sleep_until(drain_until) => {

@@ -31,10 +31,11 @@ pub use text::{
     InputLoader, LoadError, OutputContract, SingleCallConfig, SingleCallRunner, TextRun,
 };
 pub use types::{
-    BackgroundError, BackgroundErrorHandler, CallMeta, CallView, Cap, CapMode, CapWarning, Caps,
-    Clock, DEFAULT_PAGE, Envelope, GovernedError, Identity, Interruption, JournalEntry, MAX_PAGE,
-    ManualClock, Outcome, Output, Prices, ResultMeta, RunOutcome, SystemClock, UsageQuery,
-    UsageReconciliation, ViewState, is_step_interruption,
+    BackgroundError, BackgroundErrorHandler, CallMeta, CallPolicy, CallView, Cap, CapMode,
+    CapWarning, Caps, Clock, DEFAULT_PAGE, Envelope, GovernedError, Identity, Interruption,
+    JournalEntry, MAX_PAGE, ManualClock, Outcome, Output, PolicyChoice, PolicyHandle, Prices,
+    ResultMeta, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
+    is_step_interruption,
 };
 
 /// The ports the runners are given.

@@ -256,6 +256,7 @@ impl GovernedStepRunner {
 
         // The controls are validated before anything is written.
         let probe = ModelRequest {
+            call: None,
             system: None,
             messages: vec![Msg::user("probe")],
             tools: Vec::new(),
@@ -354,6 +355,7 @@ impl GovernedStepRunner {
             mode: Mode::Step {
                 max_consecutive_reasoning: self.config.max_consecutive_reasoning,
             },
+            refusal: None,
         };
         let controls = call.controls.clone();
         let max_chars = self.config.max_request_chars;
@@ -362,6 +364,7 @@ impl GovernedStepRunner {
             let loaded = loader().await.map_err(|_| LoadFailure::Input)?;
             check_request(&loaded, &controls, max_chars)?;
             Ok(ModelRequest {
+                call: None,
                 system: loaded.system,
                 messages: loaded.messages,
                 tools: loaded.tools,

@@ -52,7 +52,10 @@ pub struct StructuredConfig {
     pub result_retention: Duration,
     pub client: Arc<dyn ModelClient>,
     pub on_background_error: BackgroundErrorHandler,
+    /// Overrides the policy's caching (`Some(false)` included); `None` keeps its choice.
     pub cache: Option<bool>,
+    /// A trusted policy choosing the model and caching per intent (or refusing).
+    pub policy: Option<crate::types::PolicyHandle>,
     pub temperature: Option<f64>,
     /// The trusted registry's tools (validated and deduplicated at construction).
     pub tools: Vec<ToolSpec>,
@@ -98,6 +101,7 @@ impl StructuredConfig {
                 |e| tracing::warn!(operation_key = %e.operation_key, stage = e.stage, "governed background error: {}", e.message),
             ),
             cache: None,
+            policy: None,
             temperature: None,
             tools,
             tool_choice,
@@ -241,6 +245,7 @@ impl StructuredCallRunner {
             }
         }
         let probe = ModelRequest {
+            call: None,
             system: config.system.clone(),
             messages: vec![Msg::user("probe")],
             tools: config.tools.clone(),
@@ -291,6 +296,12 @@ impl StructuredCallRunner {
         let binding = self.binding(&run);
         let now = self.step.clock().now();
 
+        let (call_controls, policy_refusal) = crate::types::apply_policy(
+            self.config.policy.as_ref(),
+            &run.intent,
+            controls(&self.config),
+            self.config.cache,
+        );
         let existing = ports.trees.root(&run.scope, &root_key).await?;
         let root = match existing {
             Some(root) => {
@@ -308,8 +319,12 @@ impl StructuredCallRunner {
                 root
             }
             None => {
-                // The session/day block preflight, before any root exists.
-                if let Some(refusal) = self.preflight(&run).await? {
+                // Policy and the session/day block preflight, before any root exists.
+                let refusal = match policy_refusal {
+                    Some(refusal) => Some(refusal),
+                    None => self.preflight(&run).await?,
+                };
+                if let Some(refusal) = refusal {
                     return Ok(RunOutcome {
                         view: CallView {
                             state: ViewState::NotDispatched,
@@ -365,7 +380,7 @@ impl StructuredCallRunner {
                     price_version: config.price_version.clone(),
                     output_contract_version: config.output_contract_version.clone(),
                     prices: config.prices,
-                    controls: controls(&config),
+                    controls: call_controls,
                     deadline_at: root.deadline_at,
                 },
                 rationale: "structured".to_owned(),

@@ -59,8 +59,12 @@ pub struct SingleCallConfig {
     pub client: Arc<dyn ModelClient>,
     /// Metadata-only failures after a run returned (the background drain).
     pub on_background_error: BackgroundErrorHandler,
-    /// Overrides the provider's caching, `Some(false)` included; `None` keeps its default.
+    /// Overrides the policy's (or the provider's) caching, `Some(false)` included; `None`
+    /// keeps the policy's choice.
     pub cache: Option<bool>,
+    /// A trusted policy choosing the model and caching per intent (or refusing); without one,
+    /// `model` and `cache` apply to every call.
+    pub policy: Option<crate::types::PolicyHandle>,
     pub output: Option<OutputContract>,
     pub temperature: Option<f64>,
     /// Refused: the text runner is tool-free (use the step runner).
@@ -102,6 +106,7 @@ impl SingleCallConfig {
                 |e| tracing::warn!(operation_key = %e.operation_key, stage = e.stage, "governed background error: {}", e.message),
             ),
             cache: None,
+            policy: None,
             output: None,
             temperature: None,
             tool_choice: None,
@@ -222,6 +227,7 @@ impl SingleCallRunner {
         }
         // Provider validation before any claim: the configuration itself must be supported.
         let probe = ModelRequest {
+            call: None,
             system: config.system.clone(),
             messages: vec![Msg::user("probe")],
             tools: Vec::new(),
@@ -265,6 +271,12 @@ impl SingleCallRunner {
         let config = &self.config;
         let now = self.engine.clock.now();
         let deadline_ms = i64::try_from(config.deadline.as_millis()).unwrap_or(i64::MAX);
+        let (call_controls, refusal) = crate::types::apply_policy(
+            config.policy.as_ref(),
+            &run.intent,
+            controls(config),
+            config.cache,
+        );
         let meta = CallMeta {
             identity: Identity {
                 session_id: run.session_id.clone(),
@@ -276,7 +288,7 @@ impl SingleCallRunner {
                 root_key: None,
                 tool_choice: None,
             },
-            controls: controls(config),
+            controls: call_controls.clone(),
             prices: config.prices,
             day: day_of(now),
             call_id: call_id(&run.scope, &run.operation_key),
@@ -298,6 +310,7 @@ impl SingleCallRunner {
             mode: Mode::Text {
                 validator: config.output.as_ref().map(|o| o.validate.clone()),
             },
+            refusal,
         };
         let config = self.config.clone();
         let loader = run.load_input;
@@ -305,6 +318,7 @@ impl SingleCallRunner {
             let messages = loader().await.map_err(|_| LoadFailure::Input)?;
             check_messages(&messages, config.max_input_chars)?;
             Ok(ModelRequest {
+                call: None,
                 system: config.system.clone(),
                 messages,
                 tools: Vec::new(),
@@ -312,7 +326,7 @@ impl SingleCallRunner {
                     name: o.name.clone(),
                     schema: o.schema.clone(),
                 }),
-                controls: controls(&config),
+                controls: call_controls,
             })
         });
         self.engine

@@ -99,6 +99,55 @@ impl Prices {
     }
 }
 
+/// What the trusted policy chose for a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyChoice {
+    pub model: String,
+    /// The policy's caching choice; a runner's `cache` overrides it (`Some(false)` included).
+    pub cache: Option<bool>,
+}
+
+/// A trusted capability: resolves a call's model and caching from its intent, or refuses it
+/// with a closed name (recorded as `policy:<name>`). Its behaviour is not digested: bump the
+/// runner's `policy_version` whenever it changes.
+pub trait CallPolicy: Send + Sync {
+    fn resolve(&self, intent: &str) -> Result<PolicyChoice, String>;
+}
+
+pub type PolicyHandle = Arc<dyn CallPolicy>;
+
+/// The controls a policy (if any) leads to, and its refusal.
+pub(crate) fn apply_policy(
+    policy: Option<&PolicyHandle>,
+    intent: &str,
+    base: herma_providers::single::Controls,
+    cache_override: Option<bool>,
+) -> (herma_providers::single::Controls, Option<String>) {
+    let mut controls = base;
+    let mut refusal = None;
+    if let Some(policy) = policy {
+        match policy.resolve(intent) {
+            Ok(choice) => {
+                controls.model = choice.model;
+                controls.cache = choice.cache;
+            }
+            Err(name) => {
+                // A closed name: bounded, no content.
+                let name: String = name
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                    .take(64)
+                    .collect();
+                refusal = Some(format!("policy:{name}"));
+            }
+        }
+    }
+    if cache_override.is_some() {
+        controls.cache = cache_override;
+    }
+    (controls, refusal)
+}
+
 /// What a cap does when spend passes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -134,6 +134,16 @@ pub struct Controls {
     pub cache: Option<bool>,
 }
 
+/// Which governed call a request belongs to: sent with it so the provider side (logs, a
+/// gateway's routing and access rules) can correlate it. Never the host's key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallTag {
+    /// The engine's call id (a digest of scope and operation key).
+    pub call_id: String,
+    /// Always 1 for a governed call: a key is one call.
+    pub attempt: u32,
+}
+
 /// One request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelRequest {
@@ -142,6 +152,8 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     pub output: Option<OutputSchema>,
     pub controls: Controls,
+    /// Set by the engine just before the dispatch.
+    pub call: Option<CallTag>,
 }
 
 /// Why the model stopped.
@@ -322,7 +334,7 @@ impl SingleDispatchClient {
         }
     }
 
-    fn headers(&self) -> Vec<(String, Vec<u8>)> {
+    fn headers(&self, call: Option<&CallTag>) -> Vec<(String, Vec<u8>)> {
         let mut headers = vec![
             ("content-type".to_owned(), b"application/json".to_vec()),
             ("accept".to_owned(), b"text/event-stream".to_vec()),
@@ -336,6 +348,16 @@ impl SingleDispatchClient {
                 "authorization".to_owned(),
                 format!("Bearer {}", self.api_key).into_bytes(),
             )),
+        }
+        if let Some(call) = call {
+            headers.push((
+                "x-herma-call-id".to_owned(),
+                call.call_id.clone().into_bytes(),
+            ));
+            headers.push((
+                "x-herma-attempt".to_owned(),
+                call.attempt.to_string().into_bytes(),
+            ));
         }
         headers
     }
@@ -421,7 +443,7 @@ impl ModelClient for SingleDispatchClient {
             .send(UpstreamRequest {
                 method: "POST".to_owned(),
                 url: self.url(),
-                headers: self.headers(),
+                headers: self.headers(request.call.as_ref()),
                 body: Bytes::from(body.to_string()),
             })
             .await
@@ -1201,6 +1223,7 @@ mod tests {
             messages: vec![Msg::user("hi")],
             tools,
             output: None,
+            call: None,
             controls: Controls {
                 model: "m".into(),
                 max_tokens: 100,

@@ -179,6 +179,14 @@ async fn anthropic_messages_over_http_forced_tool_extraction() {
     assert_eq!(path, "/v1/messages");
     assert_eq!(headers["x-api-key"], "sk-ant-test");
     assert_eq!(headers["anthropic-version"], "2023-06-01");
+    let call_id = headers["x-herma-call-id"].to_str().unwrap();
+    assert!(call_id.starts_with("call_") && !call_id.contains("invoice"));
+    assert_eq!(headers["x-herma-attempt"], "1");
+    assert_eq!(
+        outcome_call_id(&runner, "invoice-1").await,
+        call_id,
+        "the journal and the provider see the same call id"
+    );
     assert_eq!(
         body["tool_choice"],
         json!({"type": "tool", "name": "extract_record"})
@@ -193,6 +201,15 @@ async fn anthropic_messages_over_http_forced_tool_extraction() {
         body["tools"][0]["input_schema"],
         extract_tool().input_schema
     );
+}
+
+async fn outcome_call_id(runner: &StructuredCallRunner, key: &str) -> String {
+    let view = runner
+        .read(&herma_core::CallerScope::system_builtin(), key)
+        .await
+        .unwrap()
+        .unwrap();
+    view.record.unwrap().meta.call_id
 }
 
 #[tokio::test]

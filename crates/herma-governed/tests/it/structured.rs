@@ -268,7 +268,28 @@ async fn the_session_block_preflight_runs_before_any_root_exists(backend: Backen
     assert_eq!(h.client.dispatches(), 1);
 }
 
+struct Refuse;
+
+impl herma_governed::CallPolicy for Refuse {
+    fn resolve(&self, _: &str) -> Result<herma_governed::PolicyChoice, String> {
+        Err("extraction_paused".into())
+    }
+}
+
+async fn a_policy_refusal_opens_no_root(backend: Backend) {
+    let h = harness(backend).await;
+    let mut config = structured_config(h.flaky.ports(), h.client.clone(), h.clock.clone());
+    config.policy = Some(Arc::new(Refuse));
+    let paused = StructuredCallRunner::new(config).unwrap();
+    let outcome = paused.run(h.run("k")).await.unwrap();
+    assert_eq!(outcome.view.state, ViewState::NotDispatched);
+    assert_eq!(outcome.refusal.as_deref(), Some("policy:extraction_paused"));
+    assert!(paused.read(&h.scope, "k").await.unwrap().is_none());
+    assert_eq!(h.client.dispatches(), 0);
+}
+
 on_all_backends!(
+    a_policy_refusal_opens_no_root,
     the_session_block_preflight_runs_before_any_root_exists,
     a_forced_tool_extraction_completes_and_replays,
     a_changed_binding_conflicts,

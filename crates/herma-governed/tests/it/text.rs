@@ -710,7 +710,75 @@ async fn reserved_keys_and_unpriceable_usage_are_refused(backend: Backend) {
     );
 }
 
+/// Chooses by intent: `summarize` on a small model with caching, `forbidden` refused.
+struct ByIntent;
+
+impl herma_governed::CallPolicy for ByIntent {
+    fn resolve(&self, intent: &str) -> Result<herma_governed::PolicyChoice, String> {
+        match intent {
+            "forbidden" => Err("intent_not_allowed".into()),
+            "summarize" => Ok(herma_governed::PolicyChoice {
+                model: "claude-small".into(),
+                cache: Some(true),
+            }),
+            _ => Ok(herma_governed::PolicyChoice {
+                model: "claude-large".into(),
+                cache: None,
+            }),
+        }
+    }
+}
+
+async fn the_policy_chooses_model_and_cache_and_the_override_wins(backend: Backend) {
+    let h = harness_with(backend, FailWhen::Never, |c| {
+        c.policy = Some(Arc::new(ByIntent))
+    })
+    .await;
+    let mut run = h.run("sum");
+    run.intent = "summarize".into();
+    h.runner.run(run).await.unwrap();
+    let sent = h.client.last_request().unwrap().controls;
+    assert_eq!(
+        (sent.model.as_str(), sent.cache),
+        ("claude-small", Some(true))
+    );
+    h.runner.run(h.run("other")).await.unwrap();
+    let sent = h.client.last_request().unwrap().controls;
+    assert_eq!((sent.model.as_str(), sent.cache), ("claude-large", None));
+
+    let mut forbidden = h.run("forbidden");
+    forbidden.intent = "forbidden".into();
+    let refused = h.runner.run(forbidden).await.unwrap();
+    assert_eq!(refused.view.state, ViewState::NotDispatched);
+    assert_eq!(
+        refused.view.not_dispatched_cause(),
+        Some(NotDispatchedCause::Invalid)
+    );
+    assert_eq!(
+        refused.refusal.as_deref(),
+        Some("policy:intent_not_allowed")
+    );
+    assert_eq!(
+        h.loads.load(Ordering::SeqCst),
+        2,
+        "a refused call loads nothing"
+    );
+
+    // An explicit override, `false` included, beats the policy's choice.
+    let mut off = config(h.flaky.ports(), h.client.clone(), h.clock.clone());
+    off.policy = Some(Arc::new(ByIntent));
+    off.cache = Some(false);
+    off.policy_version = "policy-2".into();
+    let off = SingleCallRunner::new(off).unwrap();
+    let mut run = h.run("sum-off");
+    run.intent = "summarize".into();
+    off.run(run).await.unwrap();
+    assert_eq!(h.client.last_request().unwrap().controls.cache, Some(false));
+    assert_eq!(h.client.dispatches(), 3);
+}
+
 on_all_backends!(
+    the_policy_chooses_model_and_cache_and_the_override_wins,
     a_cancelled_replay_never_aborts_the_original_run,
     an_interruption_after_a_failed_store_write_is_not_a_step_interruption,
     a_pre_stream_rejection_settles_the_text_call_at_zero,
