@@ -160,7 +160,7 @@ impl Collector {
     pub fn feed(&mut self, event: ModelEvent) -> Next {
         match event {
             ModelEvent::Reference(id) => {
-                self.reference.get_or_insert(id);
+                self.reference.get_or_insert_with(|| bounded(&id, 256));
             }
             ModelEvent::Usage(usage) => {
                 self.usage = Some(usage);
@@ -170,7 +170,10 @@ impl Collector {
                 if self.stops > 1 {
                     self.refuse(InvalidReason::StopConflict);
                 } else {
-                    self.step.stop = Some(stop);
+                    self.step.stop = Some(match stop {
+                        StopReason::Other(name) => StopReason::Other(bounded(&name, 64)),
+                        known => known,
+                    });
                 }
             }
             ModelEvent::TextDelta(text) => {
@@ -298,6 +301,11 @@ impl Collector {
     pub fn text(&self) -> &str {
         &self.step.text
     }
+}
+
+/// Provider-supplied identifiers as kept: no control characters, bounded.
+fn bounded(text: &str, max: usize) -> String {
+    text.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 fn is_block(block: &Value) -> bool {

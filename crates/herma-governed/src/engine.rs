@@ -198,6 +198,7 @@ type PhaseB = Pin<Box<dyn Future<Output = Result<RunOutcome, GovernedError>> + S
 struct Detach {
     phase_b: Option<PhaseB>,
     engine: Arc<Engine>,
+    state: Arc<RunState>,
     operation_key: String,
 }
 
@@ -206,6 +207,13 @@ impl Drop for Detach {
         let Some(phase_b) = self.phase_b.take() else {
             return;
         };
+        // A run dropped before its dispatch started must not dispatch afterwards.
+        let _ = self.state.phase.compare_exchange(
+            RUNNING,
+            INTERRUPTED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -217,6 +225,34 @@ impl Drop for Detach {
             {
                 engine.background(&key, "drain", err.to_string());
             }
+        });
+    }
+}
+
+/// Fences the claim a run inserted when its phase A did not finish (interrupted, or the run's
+/// future dropped), in the background: the run has already returned. A compare-and-set from
+/// the claimed version: another run's claim, or one that moved on, is never touched.
+struct AbandonOnDrop {
+    engine: Arc<Engine>,
+    state: Arc<RunState>,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.state.phase.store(INTERRUPTED, Ordering::SeqCst);
+        let claimed = self.state.claimed.lock().ok().and_then(|c| c.clone());
+        let (Some(record), Ok(runtime)) = (claimed, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let engine = self.engine.clone();
+        runtime.spawn(async move {
+            let _ = engine
+                .not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
+                .await;
         });
     }
 }
@@ -337,16 +373,23 @@ impl Engine {
                 store_failed: false,
             });
         }
+        // Interrupted or dropped before phase A finished: the claim it made is fenced.
+        let mut guard = AbandonOnDrop {
+            engine: self.clone(),
+            state: state.clone(),
+            armed: true,
+        };
         let phase_a = self.phase_a(&plan, load, &state);
         let ready = tokio::select! {
             // A run already cancelled (or past a bound) never starts.
             biased;
             kind = &mut bounds => {
-                state.phase.store(INTERRUPTED, Ordering::SeqCst);
-                self.abandon(&state);
                 return Err(GovernedError::Interrupted { kind, store_failed: false });
             }
-            result = phase_a => result?,
+            result = phase_a => {
+                guard.armed = false;
+                result?
+            }
         };
         let (record, request) = match ready {
             PhaseA::Replay(view) => {
@@ -374,6 +417,7 @@ impl Engine {
                     .await
             })),
             engine: self.clone(),
+            state: state.clone(),
             operation_key: plan.operation_key.clone(),
         };
         let finished = tokio::select! {
@@ -403,23 +447,6 @@ impl Engine {
                 })
             }
         }
-    }
-
-    /// Fences the claim this run inserted, if an interrupted phase A left it prepared (in the
-    /// background: the run has already returned). Another run's claim is never touched.
-    fn abandon(self: &Arc<Self>, state: &RunState) {
-        let claimed = state.claimed.lock().ok().and_then(|c| c.clone());
-        let Some(record) = claimed else {
-            return;
-        };
-        let engine = self.clone();
-        tokio::spawn(async move {
-            // A compare-and-set from the claimed version: if anything moved it, it is not ours
-            // to fence any more.
-            let _ = engine
-                .not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
-                .await;
-        });
     }
 
     async fn phase_a(
@@ -624,27 +651,23 @@ impl Engine {
         store_failed: &AtomicBool,
         state: &RunState,
     ) -> Result<RunOutcome, GovernedError> {
-        let now = Instant::now();
-        let interrupted = state
-            .phase
-            .compare_exchange(RUNNING, DISPATCHING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err();
-        if interrupted
-            || cancel.is_cancelled()
-            || now >= plan.deadline
-            || plan.timeout.is_some_and(|t| now >= t)
-        {
-            let kind = if cancel.is_cancelled() {
-                Interruption::Cancelled
+        let bound_passed = || {
+            let now = Instant::now();
+            if cancel.is_cancelled() {
+                Some(Interruption::Cancelled)
             } else if plan.timeout.is_some_and(|t| now >= t) {
-                Interruption::Timeout
+                Some(Interruption::Timeout)
+            } else if now >= plan.deadline {
+                Some(Interruption::Deadline)
             } else {
-                Interruption::Deadline
-            };
+                None
+            }
+        };
+        if state.phase.load(Ordering::SeqCst) == INTERRUPTED || bound_passed().is_some() {
             self.not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
                 .await?;
             return Err(GovernedError::Interrupted {
-                kind,
+                kind: bound_passed().unwrap_or(Interruption::Cancelled),
                 store_failed: false,
             });
         }
@@ -676,6 +699,20 @@ impl Engine {
                 return Err(err.into());
             }
         };
+        // The decision, against the run's report of an interruption: whoever swaps first wins.
+        // Losing here (or a bound passing during the write) gives the fence back unsent.
+        let interrupted = state
+            .phase
+            .compare_exchange(RUNNING, DISPATCHING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err();
+        if interrupted || bound_passed().is_some() {
+            self.not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
+                .await?;
+            return Err(GovernedError::Interrupted {
+                kind: bound_passed().unwrap_or(Interruption::Cancelled),
+                store_failed: false,
+            });
+        }
 
         let tools = match plan.mode {
             Mode::Text { .. } => None,
@@ -693,6 +730,7 @@ impl Engine {
             },
         });
         let mut stream_error: Option<ProviderError> = None;
+        let mut usage_reports = 0u32;
         let drain_until = Instant::now() + self.drain_limit;
         let mut request = request;
         request.call = Some(CallTag {
@@ -723,7 +761,10 @@ impl Engine {
                     }
                     Some(Ok(event)) => {
                         if let ModelEvent::Usage(usage) = &event
-                            && let Err(err) = self.deposit(plan, usage).await
+                            && let Err(err) = {
+                                usage_reports += 1;
+                                self.deposit(plan, usage, usage_reports).await
+                            }
                         {
                             store_failed.store(true, Ordering::SeqCst);
                             self.background(&plan.operation_key, "inbox", err.to_string());
@@ -743,13 +784,19 @@ impl Engine {
         result
     }
 
-    async fn deposit(&self, plan: &Plan, usage: &Usage) -> Result<(), StoreError> {
+    /// Deposits one usage report. Each report is its own observation (a second, different
+    /// report makes the evidence conflicting, which recovery and reconciliation refuse).
+    async fn deposit(&self, plan: &Plan, usage: &Usage, n: u32) -> Result<(), StoreError> {
         self.ports
             .inbox
             .deposit_usage(&herma_store::governed::UsageObservation {
                 scope: plan.scope.clone(),
                 operation_key: plan.operation_key.clone(),
-                observation_id: plan.meta.call_id.clone(),
+                observation_id: if n == 1 {
+                    plan.meta.call_id.clone()
+                } else {
+                    format!("{}#{n}", plan.meta.call_id)
+                },
                 exact: true,
                 usage: json!(usage),
                 observed_at: self.now(),
@@ -888,6 +935,8 @@ impl Engine {
         let charge = self
             .settle(plan, amount, usage, collected.reference.clone())
             .await?;
+        // What stands is what was settled (recovery may have settled first).
+        let amount = charge.amount_micros;
         let root_receipt = self.root_receipt(plan, amount).await?;
 
         // Caps after the call, inclusive of its settled cost.
@@ -1387,15 +1436,15 @@ impl Engine {
                 continue;
             }
             let key = record.operation_key.clone();
-            match record.status {
-                ExecutionStatus::Prepared => {
-                    self.not_dispatched(&record, None, None).await?;
-                }
-                _ => {
-                    self.complete_from_evidence(record, lease).await?;
-                }
+            let result = match record.status {
+                ExecutionStatus::Prepared => self.not_dispatched(&record, None, None).await,
+                _ => self.complete_from_evidence(record, lease).await,
+            };
+            // One bad record never stalls the pass: it is reported and the rest go on.
+            match result {
+                Ok(_) => fenced.push(key),
+                Err(err) => self.background(&key, "reconcile", err.to_string()),
             }
-            fenced.push(key);
         }
         Ok(fenced)
     }

@@ -247,10 +247,10 @@ impl GovernedStepRunner {
             ("output_contract_version", &call.output_contract_version),
         ])?;
         call.prices.check()?;
-        if run.rationale.len() > 4096 {
+        if run.rationale.len() > 4096 || run.rationale.chars().any(char::is_control) {
             return Err(GovernedError::input(
                 "rationale",
-                "must be at most 4096 bytes",
+                "must be at most 4096 bytes without control characters",
             ));
         }
 

@@ -777,7 +777,75 @@ async fn the_policy_chooses_model_and_cache_and_the_override_wins(backend: Backe
     assert_eq!(h.client.dispatches(), 3);
 }
 
+async fn a_dropped_run_fences_its_claim_or_drains_its_dispatch(backend: Backend) {
+    let h = harness(backend).await;
+    // Dropped while loading input: never dispatched, the claim is fenced as aborted.
+    let mut stuck = h.run("dropped-early");
+    stuck.load_input = Box::new(|| {
+        Box::pin(async {
+            std::future::pending::<()>().await;
+            Ok(vec![])
+        })
+    });
+    let early = tokio::time::timeout(Duration::from_millis(100), h.runner.run(stuck)).await;
+    assert!(early.is_err(), "the host gave up and dropped the run");
+    let runner = h.runner.clone();
+    let scope = h.scope.clone();
+    eventually(|| {
+        let runner = runner.clone();
+        let scope = scope.clone();
+        async move {
+            runner
+                .read(&scope, "dropped-early")
+                .await
+                .unwrap()
+                .is_some_and(|v| v.not_dispatched_cause() == Some(NotDispatchedCause::Aborted))
+        }
+    })
+    .await;
+    assert_eq!(h.client.dispatches(), 0);
+
+    // Dropped after the dispatch: the stream is drained and settled in the background.
+    h.client.queue(vec![
+        ev(ModelEvent::Reference("r".into())),
+        ev(ModelEvent::TextDelta("late".into())),
+        Item::Pause(Duration::from_millis(300)),
+        ev(ModelEvent::Stop(StopReason::EndTurn)),
+        ev(ModelEvent::Usage(usage(1_000, 200))),
+    ]);
+    let late = tokio::time::timeout(
+        Duration::from_millis(150),
+        h.runner.run(h.run("dropped-late")),
+    )
+    .await;
+    assert!(late.is_err());
+    let runner = h.runner.clone();
+    let scope = h.scope.clone();
+    eventually(|| {
+        let runner = runner.clone();
+        let scope = scope.clone();
+        async move {
+            runner
+                .read(&scope, "dropped-late")
+                .await
+                .unwrap()
+                .is_some_and(|v| v.state == ViewState::Completed)
+        }
+    })
+    .await;
+    let view = h
+        .runner
+        .read(&h.scope, "dropped-late")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(view.envelope().unwrap().text.as_deref(), Some("late"));
+    assert_eq!(view.receipt.unwrap().amount_micros, ANSWER_COST);
+    assert_eq!(h.client.dispatches(), 1);
+}
+
 on_all_backends!(
+    a_dropped_run_fences_its_claim_or_drains_its_dispatch,
     the_policy_chooses_model_and_cache_and_the_override_wins,
     a_cancelled_replay_never_aborts_the_original_run,
     an_interruption_after_a_failed_store_write_is_not_a_step_interruption,
