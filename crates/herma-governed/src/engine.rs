@@ -157,34 +157,22 @@ pub(crate) fn check_bound(field: &str, value: Duration) -> Result<(), GovernedEr
 /// The first identity field that differs between a stored call and a new one.
 fn identity_conflict(stored: &CallMeta, new: &CallMeta) -> Option<&'static str> {
     let (a, b) = (&stored.identity, &new.identity);
-    if a.session_id != b.session_id {
-        return Some("session_id");
-    }
-    if a.intent != b.intent {
-        return Some("intent");
-    }
-    if a.input_revision != b.input_revision {
-        return Some("input_revision");
-    }
-    if a.policy_version != b.policy_version {
-        return Some("policy_version");
-    }
-    if a.price_version != b.price_version {
-        return Some("price_version");
-    }
-    if a.output_contract_version != b.output_contract_version {
-        return Some("output_contract_version");
-    }
-    if a.root_key != b.root_key {
-        return Some("root_key");
-    }
-    if a.tool_choice != b.tool_choice {
-        return Some("tool_choice");
-    }
-    if stored.controls != new.controls {
-        return Some("controls");
-    }
-    None
+    [
+        ("session_id", a.session_id != b.session_id),
+        ("intent", a.intent != b.intent),
+        ("input_revision", a.input_revision != b.input_revision),
+        ("policy_version", a.policy_version != b.policy_version),
+        ("price_version", a.price_version != b.price_version),
+        (
+            "output_contract_version",
+            a.output_contract_version != b.output_contract_version,
+        ),
+        ("root_key", a.root_key != b.root_key),
+        ("tool_choice", a.tool_choice != b.tool_choice),
+        ("controls", stored.controls != new.controls),
+    ]
+    .into_iter()
+    .find_map(|(field, differs)| differs.then_some(field))
 }
 
 fn to_meta(meta: &CallMeta) -> Result<Value, GovernedError> {

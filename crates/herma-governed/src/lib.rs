@@ -35,7 +35,7 @@ pub use types::{
     CapWarning, Caps, Clock, DEFAULT_PAGE, Envelope, GovernedError, Identity, Interruption,
     JournalEntry, MAX_PAGE, ManualClock, Outcome, Output, PolicyChoice, PolicyHandle, Prices,
     ResultMeta, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
-    is_step_interruption,
+    is_step_interruption, log_background_errors,
 };
 
 /// The ports the runners are given.

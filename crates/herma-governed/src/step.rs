@@ -60,9 +60,7 @@ impl StepConfig {
             caps: Caps::default(),
             consumers: Vec::new(),
             result_retention: Duration::from_secs(7 * 24 * 3600),
-            on_background_error: Arc::new(
-                |e| tracing::warn!(operation_key = %e.operation_key, stage = e.stage, "governed background error: {}", e.message),
-            ),
+            on_background_error: crate::types::log_background_errors(),
             drain_limit: Duration::from_secs(600),
         }
     }

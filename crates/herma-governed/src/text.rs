@@ -102,9 +102,7 @@ impl SingleCallConfig {
             deadline: Duration::from_secs(120),
             result_retention: Duration::from_secs(7 * 24 * 3600),
             client,
-            on_background_error: Arc::new(
-                |e| tracing::warn!(operation_key = %e.operation_key, stage = e.stage, "governed background error: {}", e.message),
-            ),
+            on_background_error: crate::types::log_background_errors(),
             cache: None,
             policy: None,
             output: None,

@@ -472,6 +472,18 @@ pub struct BackgroundError {
 
 pub type BackgroundErrorHandler = Arc<dyn Fn(&BackgroundError) + Send + Sync>;
 
+/// The default handler: a `tracing` warning with the metadata (there is no content to log).
+pub fn log_background_errors() -> BackgroundErrorHandler {
+    Arc::new(|e| {
+        tracing::warn!(
+            operation_key = %e.operation_key,
+            stage = e.stage,
+            "governed background error: {}",
+            e.message
+        )
+    })
+}
+
 /// The reconciliation query: `limit` defaults to 50 and is at most 100.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UsageQuery {

@@ -308,18 +308,8 @@ async fn each_not_dispatched_cause_is_recorded(backend: Backend) {
         }
     ));
     assert!(is_step_interruption(&err));
-    let runner = h.runner.clone();
-    let scope = h.scope.clone();
-    eventually(|| {
-        let runner = runner.clone();
-        let scope = scope.clone();
-        async move {
-            runner
-                .read(&scope, "cancelled")
-                .await
-                .unwrap()
-                .is_some_and(|v| v.not_dispatched_cause() == Some(NotDispatchedCause::Aborted))
-        }
+    wait_for_view(&h.runner, &h.scope, "cancelled", |v| {
+        v.not_dispatched_cause() == Some(NotDispatchedCause::Aborted)
     })
     .await;
 
@@ -357,6 +347,28 @@ async fn each_not_dispatched_cause_is_recorded(backend: Backend) {
             "none of these reached the provider"
         );
     }
+}
+
+/// Waits (bounded) until the key's view satisfies `check`: for what a run leaves in the
+/// background.
+async fn wait_for_view(
+    runner: &SingleCallRunner,
+    scope: &CallerScope,
+    key: &str,
+    check: impl Fn(&herma_governed::CallView) -> bool,
+) {
+    for _ in 0..500 {
+        if runner
+            .read(scope, key)
+            .await
+            .unwrap()
+            .is_some_and(|v| check(&v))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the view of `{key}` never reached the expected state");
 }
 
 /// A runner over the same stores without the injected failures (a restarted process).
@@ -632,14 +644,7 @@ async fn a_cancelled_replay_never_aborts_the_original_run(backend: Backend) {
         let h = h.clone();
         async move { h.runner.run(original).await }
     });
-    let runner = h.runner.clone();
-    let scope = h.scope.clone();
-    eventually(|| {
-        let runner = runner.clone();
-        let scope = scope.clone();
-        async move { runner.read(&scope, "shared").await.unwrap().is_some() }
-    })
-    .await;
+    wait_for_view(&h.runner, &h.scope, "shared", |_| true).await;
     // A replay whose caller already gave up.
     let cancel = herma_governed::CancellationToken::new();
     cancel.cancel();
@@ -789,18 +794,8 @@ async fn a_dropped_run_fences_its_claim_or_drains_its_dispatch(backend: Backend)
     });
     let early = tokio::time::timeout(Duration::from_millis(100), h.runner.run(stuck)).await;
     assert!(early.is_err(), "the host gave up and dropped the run");
-    let runner = h.runner.clone();
-    let scope = h.scope.clone();
-    eventually(|| {
-        let runner = runner.clone();
-        let scope = scope.clone();
-        async move {
-            runner
-                .read(&scope, "dropped-early")
-                .await
-                .unwrap()
-                .is_some_and(|v| v.not_dispatched_cause() == Some(NotDispatchedCause::Aborted))
-        }
+    wait_for_view(&h.runner, &h.scope, "dropped-early", |v| {
+        v.not_dispatched_cause() == Some(NotDispatchedCause::Aborted)
     })
     .await;
     assert_eq!(h.client.dispatches(), 0);
@@ -819,18 +814,8 @@ async fn a_dropped_run_fences_its_claim_or_drains_its_dispatch(backend: Backend)
     )
     .await;
     assert!(late.is_err());
-    let runner = h.runner.clone();
-    let scope = h.scope.clone();
-    eventually(|| {
-        let runner = runner.clone();
-        let scope = scope.clone();
-        async move {
-            runner
-                .read(&scope, "dropped-late")
-                .await
-                .unwrap()
-                .is_some_and(|v| v.state == ViewState::Completed)
-        }
+    wait_for_view(&h.runner, &h.scope, "dropped-late", |v| {
+        v.state == ViewState::Completed
     })
     .await;
     let view = h
