@@ -190,6 +190,7 @@ fn engine(c: &mut Criterion) {
                         cache: None,
                     },
                     deadline_at: herma_core::Timestamp::from_millis(i64::MAX / 2),
+                    client: None,
                 },
                 rationale: "bench".into(),
                 cancel: None,

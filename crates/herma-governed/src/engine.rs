@@ -76,6 +76,8 @@ pub(crate) struct Plan {
     pub mode: Mode,
     /// The policy refused the call before the claim (`policy:<name>`).
     pub refusal: Option<String>,
+    /// The client this call is validated against and dispatched through.
+    pub client: Arc<dyn ModelClient>,
 }
 
 impl Plan {
@@ -86,7 +88,6 @@ impl Plan {
 
 pub(crate) struct Engine {
     pub ports: GovernedPorts,
-    pub client: Arc<dyn ModelClient>,
     pub clock: Arc<dyn Clock>,
     pub retention_ms: i64,
     pub on_background_error: BackgroundErrorHandler,
@@ -168,6 +169,7 @@ fn identity_conflict(stored: &CallMeta, new: &CallMeta) -> Option<&'static str> 
             a.output_contract_version != b.output_contract_version,
         ),
         ("root_key", a.root_key != b.root_key),
+        ("client", a.client != b.client),
         ("tool_choice", a.tool_choice != b.tool_choice),
         ("controls", stored.controls != new.controls),
     ]
@@ -544,7 +546,7 @@ impl Engine {
                 return Ok(PhaseA::Done(finished(view)));
             }
         };
-        let refused = self.client.validate(&request).err().map(|u| u.field);
+        let refused = plan.client.validate(&request).err().map(|u| u.field);
         let refused = refused.or_else(|| tool_choice_refusal(&request));
         if let Some(field) = refused {
             let view = self
@@ -726,7 +728,7 @@ impl Engine {
             attempt: 1,
         });
         let dispatched = tokio::select! {
-            dispatched = self.client.dispatch(&request) => dispatched,
+            dispatched = plan.client.dispatch(&request) => dispatched,
             _ = tokio::time::sleep_until(drain_until) => {
                 Err(ProviderError::Transport("the drain limit passed before the stream began".into()))
             }

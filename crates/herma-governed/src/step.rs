@@ -11,10 +11,10 @@ use herma_store::governed::{CallReservation, GovernedPorts, RootStatus};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LoadFailure, Mode, Plan, call_id, check_id, day_of};
-use crate::text::{MAX_ID, MAX_KEY, check_runtime, check_versions};
+use crate::text::{MAX_ID, MAX_KEY, check_versions};
 use crate::types::{
-    BackgroundErrorHandler, CallMeta, CallView, Caps, Clock, GovernedError, Identity, Output,
-    Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
+    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, Clock, GovernedError, Identity,
+    Output, Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
 };
 
 /// The longest `run_timeout` a step runner accepts.
@@ -23,7 +23,10 @@ pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Clone)]
 pub struct StepConfig {
     pub ports: GovernedPorts,
+    /// The default client.
     pub client: Arc<dyn ModelClient>,
+    /// Named alternatives a planned call may name (`OperationCallInput::client`).
+    pub clients: std::collections::BTreeMap<String, Arc<dyn ModelClient>>,
     pub clock: Arc<dyn Clock>,
     /// Bounds every run (at most ten minutes).
     pub run_timeout: Duration,
@@ -52,6 +55,7 @@ impl StepConfig {
         Self {
             ports,
             client,
+            clients: Default::default(),
             clock: Arc::new(SystemClock),
             run_timeout: Duration::from_secs(300),
             max_request_chars: 400_000,
@@ -83,6 +87,8 @@ pub struct OperationCallInput {
     pub controls: Controls,
     /// The call's original deadline (new calls only; replays answer after it).
     pub deadline_at: Timestamp,
+    /// One of the runner's named clients; `None` is its default client.
+    pub client: Option<String>,
 }
 
 /// What the lazy loader returns: registry-derived tools and the same tool choice as the
@@ -172,7 +178,7 @@ impl GovernedStepRunner {
         let max_output = config
             .max_output_chars
             .unwrap_or(crate::collector::MAX_OUTPUT_CHARS_CEILING);
-        check_runtime(&config.client, max_output)?;
+        crate::text::check_clients(&config.client, &config.clients, max_output)?;
         if config.run_timeout.is_zero() || config.run_timeout > MAX_RUN_TIMEOUT {
             return Err(GovernedError::config(
                 "run_timeout",
@@ -201,7 +207,6 @@ impl GovernedStepRunner {
         }
         let engine = Engine {
             ports: config.ports.clone(),
-            client: config.client.clone(),
             clock: config.clock.clone(),
             retention_ms: i64::try_from(config.result_retention.as_millis()).unwrap_or(i64::MAX),
             on_background_error: config.on_background_error.clone(),
@@ -252,7 +257,13 @@ impl GovernedStepRunner {
             ));
         }
 
-        // The controls are validated before anything is written.
+        // The client and the controls are validated before anything is written.
+        let client = Clients {
+            default: self.config.client.clone(),
+            named: self.config.clients.clone(),
+        }
+        .get(call.client.as_deref())
+        .ok_or_else(|| GovernedError::input("client", "names no configured client"))?;
         let probe = ModelRequest {
             call: None,
             system: None,
@@ -264,8 +275,7 @@ impl GovernedStepRunner {
                 ..call.controls.clone()
             },
         };
-        self.config
-            .client
+        client
             .validate(&probe)
             .map_err(|u| GovernedError::input(&u.field, u.reason))?;
         // A key already journaled under another root conflicts without touching this root; a
@@ -326,13 +336,14 @@ impl GovernedStepRunner {
                 price_version: call.price_version.clone(),
                 output_contract_version: call.output_contract_version.clone(),
                 root_key: Some(call.root_key.clone()),
+                client: call.client.clone(),
                 tool_choice: call.controls.tool_choice.clone(),
             },
             controls: call.controls.clone(),
             prices: call.prices,
             day: day_of(now),
             call_id: call_id(&call.scope, &call.operation_key),
-            provider: self.config.client.provider().as_str().to_owned(),
+            provider: client.provider().as_str().to_owned(),
             consumers: self.config.consumers.clone(),
             rationale: Some(run.rationale),
             refusal: None,
@@ -354,6 +365,7 @@ impl GovernedStepRunner {
                 max_consecutive_reasoning: self.config.max_consecutive_reasoning,
             },
             refusal: None,
+            client,
         };
         let controls = call.controls.clone();
         let max_chars = self.config.max_request_chars;

@@ -50,7 +50,10 @@ pub struct StructuredConfig {
     pub max_output_chars: usize,
     pub deadline: Duration,
     pub result_retention: Duration,
+    /// The default client.
     pub client: Arc<dyn ModelClient>,
+    /// Named alternatives the policy may choose.
+    pub clients: std::collections::BTreeMap<String, Arc<dyn ModelClient>>,
     pub on_background_error: BackgroundErrorHandler,
     /// Overrides the policy's caching (`Some(false)` included); `None` keeps its choice.
     pub cache: Option<bool>,
@@ -97,6 +100,7 @@ impl StructuredConfig {
             deadline: Duration::from_secs(120),
             result_retention: Duration::from_secs(7 * 24 * 3600),
             client,
+            clients: Default::default(),
             on_background_error: crate::types::log_background_errors(),
             cache: None,
             policy: None,
@@ -171,6 +175,11 @@ fn digest_config(config: &StructuredConfig) -> String {
         "tools": config.tools,
         "max_consecutive_reasoning": config.max_consecutive_reasoning,
         "provider": config.client.provider().as_str(),
+        "clients": config
+            .clients
+            .iter()
+            .map(|(name, c)| (name.clone(), c.provider().as_str()))
+            .collect::<std::collections::BTreeMap<_, _>>(),
     });
     hex::encode(Sha256::digest(canonical(&data).as_bytes()))
 }
@@ -255,6 +264,7 @@ impl StructuredCallRunner {
             .validate(&probe)
             .map_err(|u| GovernedError::config(&u.field, u.reason))?;
         let mut step = StepConfig::new(config.ports.clone(), config.client.clone());
+        step.clients = config.clients.clone();
         step.clock = config.clock.clone();
         step.run_timeout = config.deadline;
         step.max_request_chars = config.max_input_chars;
@@ -294,12 +304,20 @@ impl StructuredCallRunner {
         let binding = self.binding(&run);
         let now = self.step.clock().now();
 
-        let (call_controls, policy_refusal) = crate::types::apply_policy(
+        let resolved = crate::types::apply_policy(
             self.config.policy.as_ref(),
             &run.intent,
             controls(&self.config),
             self.config.cache,
         );
+        let call_controls = resolved.controls;
+        let chosen_client = resolved.client;
+        let policy_refusal = match &chosen_client {
+            Some(name) if !self.config.clients.contains_key(name) => {
+                Some("policy:unknown_client".to_owned())
+            }
+            _ => resolved.refusal,
+        };
         let existing = ports.trees.root(&run.scope, &root_key).await?;
         let root = match existing {
             Some(root) => {
@@ -380,6 +398,7 @@ impl StructuredCallRunner {
                     prices: config.prices,
                     controls: call_controls,
                     deadline_at: root.deadline_at,
+                    client: chosen_client,
                 },
                 rationale: "structured".to_owned(),
                 cancel: run.cancel,

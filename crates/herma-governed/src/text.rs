@@ -16,8 +16,8 @@ use crate::engine::{
     day_of,
 };
 use crate::types::{
-    BackgroundErrorHandler, CallMeta, CallView, Caps, Clock, GovernedError, Identity, Prices,
-    RunOutcome, SystemClock, UsageQuery, UsageReconciliation,
+    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, Clock, GovernedError, Identity,
+    Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation,
 };
 
 /// A native JSON output contract: the provider is asked for `schema`, and `validate` must
@@ -56,7 +56,10 @@ pub struct SingleCallConfig {
     pub max_output_chars: usize,
     pub deadline: Duration,
     pub result_retention: Duration,
+    /// The default client.
     pub client: Arc<dyn ModelClient>,
+    /// Named alternatives a policy may choose (every one single-dispatch).
+    pub clients: std::collections::BTreeMap<String, Arc<dyn ModelClient>>,
     /// Metadata-only failures after a run returned (the background drain).
     pub on_background_error: BackgroundErrorHandler,
     /// Overrides the policy's (or the provider's) caching, `Some(false)` included; `None`
@@ -102,6 +105,7 @@ impl SingleCallConfig {
             deadline: Duration::from_secs(120),
             result_retention: Duration::from_secs(7 * 24 * 3600),
             client,
+            clients: Default::default(),
             on_background_error: crate::types::log_background_errors(),
             cache: None,
             policy: None,
@@ -157,6 +161,24 @@ pub(crate) fn check_runtime(
     Ok(())
 }
 
+/// Every client must dispatch once; named ones are reported by name.
+pub(crate) fn check_clients(
+    default: &Arc<dyn ModelClient>,
+    named: &std::collections::BTreeMap<String, Arc<dyn ModelClient>>,
+    max_output_chars: usize,
+) -> Result<(), GovernedError> {
+    check_runtime(default, max_output_chars)?;
+    for (name, client) in named {
+        check_runtime(client, max_output_chars).map_err(|e| match e {
+            GovernedError::Config { reason, .. } => {
+                GovernedError::config(&format!("clients.{name}"), reason)
+            }
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
 pub(crate) fn check_versions(versions: [(&str, &str); 3]) -> Result<(), GovernedError> {
     for (field, value) in versions {
         if value.trim().is_empty() {
@@ -197,7 +219,7 @@ impl SingleCallRunner {
             ("price_version", &config.price_version),
             ("output_contract_version", &config.output_contract_version),
         ])?;
-        check_runtime(&config.client, config.max_output_chars)?;
+        check_clients(&config.client, &config.clients, config.max_output_chars)?;
         if config.tool_choice.is_some() {
             return Err(GovernedError::config(
                 "tool_choice",
@@ -241,7 +263,6 @@ impl SingleCallRunner {
             .map_err(|u| GovernedError::config(&u.field, u.reason))?;
         let engine = Engine {
             ports: config.ports.clone(),
-            client: config.client.clone(),
             clock: config.clock.clone(),
             retention_ms: i64::try_from(config.result_retention.as_millis()).unwrap_or(i64::MAX),
             on_background_error: config.on_background_error.clone(),
@@ -269,12 +290,25 @@ impl SingleCallRunner {
         let config = &self.config;
         let now = self.engine.clock.now();
         let deadline_ms = i64::try_from(config.deadline.as_millis()).unwrap_or(i64::MAX);
-        let (call_controls, refusal) = crate::types::apply_policy(
+        let resolved = crate::types::apply_policy(
             config.policy.as_ref(),
             &run.intent,
             controls(config),
             config.cache,
         );
+        let call_controls = resolved.controls;
+        let clients = Clients {
+            default: config.client.clone(),
+            named: config.clients.clone(),
+        };
+        // A client the policy names but the runner lacks is a refusal, like any other.
+        let (client, refusal) = match clients.get(resolved.client.as_deref()) {
+            Some(client) => (client, resolved.refusal),
+            None => (
+                config.client.clone(),
+                Some("policy:unknown_client".to_owned()),
+            ),
+        };
         let meta = CallMeta {
             identity: Identity {
                 session_id: run.session_id.clone(),
@@ -284,13 +318,14 @@ impl SingleCallRunner {
                 price_version: config.price_version.clone(),
                 output_contract_version: config.output_contract_version.clone(),
                 root_key: None,
+                client: resolved.client.clone(),
                 tool_choice: None,
             },
             controls: call_controls.clone(),
             prices: config.prices,
             day: day_of(now),
             call_id: call_id(&run.scope, &run.operation_key),
-            provider: config.client.provider().as_str().to_owned(),
+            provider: client.provider().as_str().to_owned(),
             consumers: config.consumers.clone(),
             rationale: None,
             refusal: None,
@@ -309,6 +344,7 @@ impl SingleCallRunner {
                 validator: config.output.as_ref().map(|o| o.validate.clone()),
             },
             refusal,
+            client,
         };
         let config = self.config.clone();
         let loader = run.load_input;

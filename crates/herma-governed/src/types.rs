@@ -102,6 +102,8 @@ impl Prices {
 /// What the trusted policy chose for a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyChoice {
+    /// One of the runner's named `clients`; `None` is its default `client`.
+    pub client: Option<String>,
     pub model: String,
     /// The policy's caching choice; a runner's `cache` overrides it (`Some(false)` included).
     pub cache: Option<bool>,
@@ -117,19 +119,44 @@ pub trait CallPolicy: Send + Sync {
 pub type PolicyHandle = Arc<dyn CallPolicy>;
 
 /// The controls a policy (if any) leads to, and its refusal.
+pub(crate) struct Resolved {
+    pub controls: herma_providers::single::Controls,
+    pub refusal: Option<String>,
+    /// The named client chosen (`None`: the default client).
+    pub client: Option<String>,
+}
+
+/// The runner's clients: a default and named alternatives a policy may choose.
+#[derive(Clone)]
+pub(crate) struct Clients {
+    pub default: Arc<dyn herma_providers::single::ModelClient>,
+    pub named: std::collections::BTreeMap<String, Arc<dyn herma_providers::single::ModelClient>>,
+}
+
+impl Clients {
+    pub fn get(&self, name: Option<&str>) -> Option<Arc<dyn herma_providers::single::ModelClient>> {
+        match name {
+            None => Some(self.default.clone()),
+            Some(name) => self.named.get(name).cloned(),
+        }
+    }
+}
+
 pub(crate) fn apply_policy(
     policy: Option<&PolicyHandle>,
     intent: &str,
     base: herma_providers::single::Controls,
     cache_override: Option<bool>,
-) -> (herma_providers::single::Controls, Option<String>) {
+) -> Resolved {
     let mut controls = base;
     let mut refusal = None;
+    let mut client = None;
     if let Some(policy) = policy {
         match policy.resolve(intent) {
             Ok(choice) => {
                 controls.model = choice.model;
                 controls.cache = choice.cache;
+                client = choice.client;
             }
             Err(name) => {
                 // A closed name: bounded, no content.
@@ -145,7 +172,11 @@ pub(crate) fn apply_policy(
     if cache_override.is_some() {
         controls.cache = cache_override;
     }
-    (controls, refusal)
+    Resolved {
+        controls,
+        refusal,
+        client,
+    }
 }
 
 /// What a cap does when spend passes it.
@@ -248,6 +279,9 @@ pub struct Identity {
     pub output_contract_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_key: Option<String>,
+    /// The named client the call went to (`None`: the runner's default client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// Absent and an explicit `auto` differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<herma_providers::single::ToolChoice>,

@@ -128,6 +128,7 @@ impl StepHarness {
                 cache: None,
             },
             deadline_at: self.clock.now().plus_millis(30_000),
+            client: None,
         }
     }
 
@@ -810,7 +811,47 @@ async fn recover_repairs_the_receipts_of_a_completed_call(backend: Backend) {
     assert_eq!(h.client.dispatches(), 1, "recovery never dispatches");
 }
 
+async fn a_planned_call_names_its_client(backend: Backend) {
+    let other = ScriptedClient::new(ProviderKind::OpenAiResponses, tool_answer());
+    let h = step_harness(
+        backend,
+        ProviderKind::AnthropicMessages,
+        FailWhen::Never,
+        |c| {
+            c.clients.insert("openai".into(), other.clone());
+        },
+    )
+    .await;
+    let mut run = h.run("routed", None);
+    run.call.client = Some("openai".into());
+    let outcome = h.runner.run(run).await.unwrap();
+    assert_eq!(outcome.view.state, ViewState::Completed);
+    assert_eq!((other.dispatches(), h.client.dispatches()), (1, 0));
+    // The same key through another client conflicts; an unknown client writes nothing.
+    assert_eq!(
+        h.runner.run(h.run("routed", None)).await.unwrap_err(),
+        GovernedError::Conflict {
+            field: "client".into()
+        }
+    );
+    let mut unknown = h.run("unknown", None);
+    unknown.call.client = Some("nope".into());
+    assert!(matches!(
+        h.runner.run(unknown).await,
+        Err(GovernedError::InvalidInput { field, .. }) if field == "client"
+    ));
+    assert!(
+        !h.flaky
+            .ports()
+            .trees
+            .has_call(&h.scope, "root-1", "unknown")
+            .await
+            .unwrap()
+    );
+}
+
 on_all_backends!(
+    a_planned_call_names_its_client,
     a_root_block_cap_counts_the_inclusive_root_cost,
     a_changed_identity_conflicts_and_another_root_is_left_untouched,
     a_new_call_past_its_deadline_is_refused_before_any_write,

@@ -723,10 +723,22 @@ impl herma_governed::CallPolicy for ByIntent {
         match intent {
             "forbidden" => Err("intent_not_allowed".into()),
             "summarize" => Ok(herma_governed::PolicyChoice {
+                client: None,
                 model: "claude-small".into(),
                 cache: Some(true),
             }),
+            "research" => Ok(herma_governed::PolicyChoice {
+                client: Some("openai".into()),
+                model: "gpt-large".into(),
+                cache: None,
+            }),
+            "elsewhere" => Ok(herma_governed::PolicyChoice {
+                client: Some("missing".into()),
+                model: "m".into(),
+                cache: None,
+            }),
             _ => Ok(herma_governed::PolicyChoice {
+                client: None,
                 model: "claude-large".into(),
                 cache: None,
             }),
@@ -829,7 +841,43 @@ async fn a_dropped_run_fences_its_claim_or_drains_its_dispatch(backend: Backend)
     assert_eq!(h.client.dispatches(), 1);
 }
 
+async fn the_policy_routes_to_a_named_client(backend: Backend) {
+    let openai = ScriptedClient::new(
+        ProviderKind::OpenAiResponses,
+        text_answer("hi", usage(10, 1)),
+    );
+    let retrying = ScriptedClient::with_attempts(ProviderKind::ChatCompletions, 2);
+    let h = harness_with(backend, FailWhen::Never, |c| {
+        c.policy = Some(Arc::new(ByIntent));
+        c.clients.insert("openai".into(), openai.clone());
+    })
+    .await;
+    let mut run = h.run("research");
+    run.intent = "research".into();
+    let outcome = h.runner.run(run).await.unwrap();
+    assert_eq!(outcome.view.state, ViewState::Completed);
+    assert_eq!((openai.dispatches(), h.client.dispatches()), (1, 0));
+    let meta = outcome.view.record.unwrap().meta;
+    assert_eq!(meta.provider, "openai_responses");
+    assert_eq!(meta.identity.client.as_deref(), Some("openai"));
+    assert_eq!(meta.controls.model, "gpt-large");
+
+    let mut run = h.run("elsewhere");
+    run.intent = "elsewhere".into();
+    let refused = h.runner.run(run).await.unwrap();
+    assert_eq!(refused.refusal.as_deref(), Some("policy:unknown_client"));
+    assert_eq!(refused.view.state, ViewState::NotDispatched);
+
+    let mut config = config(h.flaky.ports(), h.client.clone(), h.clock.clone());
+    config.clients.insert("backup".into(), retrying);
+    assert!(matches!(
+        SingleCallRunner::new(config),
+        Err(GovernedError::Config { field, .. }) if field == "clients.backup"
+    ));
+}
+
 on_all_backends!(
+    the_policy_routes_to_a_named_client,
     a_dropped_run_fences_its_claim_or_drains_its_dispatch,
     the_policy_chooses_model_and_cache_and_the_override_wins,
     a_cancelled_replay_never_aborts_the_original_run,
