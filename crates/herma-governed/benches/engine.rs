@@ -30,7 +30,7 @@ use herma_store::MemoryGovernedStore;
 use herma_store::governed::{RootOpen, RootRecord, RootStatus};
 
 /// Answers at once: reference, two text deltas, stop, usage.
-struct Instant;
+struct Immediate;
 
 fn events() -> Vec<Result<ModelEvent, ProviderError>> {
     vec![
@@ -47,7 +47,7 @@ fn events() -> Vec<Result<ModelEvent, ProviderError>> {
 }
 
 #[async_trait]
-impl ModelClient for Instant {
+impl ModelClient for Immediate {
     fn provider(&self) -> ProviderKind {
         ProviderKind::AnthropicMessages
     }
@@ -69,7 +69,7 @@ fn key() -> String {
 }
 
 fn text_runner(ports: GovernedPorts) -> SingleCallRunner {
-    let mut config = SingleCallConfig::new(ports, Arc::new(Instant), "claude-bench");
+    let mut config = SingleCallConfig::new(ports, Arc::new(Immediate), "claude-bench");
     config.prices = Prices {
         input_per_mtok: 3_000_000,
         output_per_mtok: 15_000_000,
@@ -125,8 +125,8 @@ fn engine(c: &mut Criterion) {
                     cache: None,
                 },
             };
-            Instant.validate(&request).unwrap();
-            let mut stream = Instant.dispatch(&request).await.unwrap();
+            Immediate.validate(&request).unwrap();
+            let mut stream = Immediate.dispatch(&request).await.unwrap();
             let mut collector = Collector::new(CollectorLimits {
                 tools: None,
                 provider_blocks: false,
@@ -148,7 +148,7 @@ fn engine(c: &mut Criterion) {
 
     let step_ports = GovernedPorts::uniform(Arc::new(MemoryGovernedStore::new()));
     let step =
-        GovernedStepRunner::new(StepConfig::new(step_ports.clone(), Arc::new(Instant))).unwrap();
+        GovernedStepRunner::new(StepConfig::new(step_ports.clone(), Arc::new(Immediate))).unwrap();
     let scope = CallerScope::system_builtin();
     rt.block_on(async {
         let root = RootRecord {

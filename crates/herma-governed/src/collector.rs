@@ -277,11 +277,6 @@ impl Collector {
         Next::Continue
     }
 
-    /// Marks the text refused after the stream (a JSON contract it fails).
-    pub fn refuse_text(&mut self) {
-        self.refuse(InvalidReason::TextMalformed);
-    }
-
     pub fn finish(self) -> Collected {
         Collected {
             step: self.step,
@@ -292,14 +287,6 @@ impl Collector {
             reference: self.reference,
             usage: self.usage,
         }
-    }
-
-    pub fn invalid(&self) -> Option<InvalidReason> {
-        self.invalid
-    }
-
-    pub fn text(&self) -> &str {
-        &self.step.text
     }
 }
 

@@ -142,7 +142,7 @@ pub(crate) fn check_host_key(field: &str, value: &str) -> Result<(), GovernedErr
     Ok(())
 }
 
-/// The longest deadline, drain or retention-free bound a runner accepts.
+/// The longest deadline or drain limit a runner accepts.
 pub(crate) const MAX_BOUND: Duration = Duration::from_secs(3600);
 
 pub(crate) fn check_bound(field: &str, value: Duration) -> Result<(), GovernedError> {
@@ -259,6 +259,12 @@ struct RunState {
     phase: std::sync::atomic::AtomicU8,
 }
 
+/// How a journal compare-and-set ended.
+enum Swap {
+    Won(ExecutionRecord),
+    Lost(ExecutionRecord),
+}
+
 enum PhaseA {
     Replay(CallView),
     Done(RunOutcome),
@@ -283,6 +289,32 @@ fn finished(view: CallView) -> RunOutcome {
 impl Engine {
     fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// The journal row as it is now (it exists: the caller saw it).
+    async fn current(
+        &self,
+        scope: &CallerScope,
+        key: &str,
+    ) -> Result<ExecutionRecord, GovernedError> {
+        Ok(self
+            .ports
+            .executions
+            .execution(scope, key)
+            .await?
+            .ok_or(StoreError::NotFound)?)
+    }
+
+    /// The journal's compare-and-set from `expected`: `Ok(Won(stored))`, or `Ok(Lost(current))`
+    /// with the record as whoever moved it first left it.
+    async fn swap(&self, next: &ExecutionRecord, expected: u64) -> Result<Swap, GovernedError> {
+        match self.ports.executions.update_execution(next, expected).await {
+            Ok(stored) => Ok(Swap::Won(stored)),
+            Err(StoreError::VersionConflict { .. }) => Ok(Swap::Lost(
+                self.current(&next.scope, &next.operation_key).await?,
+            )),
+            Err(err) => Err(err.into()),
+        }
     }
 
     fn background(&self, key: &str, stage: &'static str, message: impl Into<String>) {
@@ -546,9 +578,9 @@ impl Engine {
                 return Ok(PhaseA::Done(finished(view)));
             }
         };
-        let refused = plan.client.validate(&request).err().map(|u| u.field);
-        let refused = refused.or_else(|| tool_choice_refusal(&request));
-        if let Some(field) = refused {
+        // The provider's matrix; a tool choice against the actual tools was checked when the
+        // step runner's loader produced the request.
+        if let Some(field) = plan.client.validate(&request).err().map(|u| u.field) {
             let view = self
                 .not_dispatched(
                     &record,
@@ -612,23 +644,8 @@ impl Engine {
             object.insert("refusal".into(), Value::String(refusal));
         }
         let root = JournalEntry::from_record(record)?.meta.identity.root_key;
-        match self
-            .ports
-            .executions
-            .update_execution(&next, record.version)
-            .await
-        {
-            Ok(stored) => self.view_of(&stored, root.as_deref()).await,
-            Err(StoreError::VersionConflict { .. }) => {
-                let current = self
-                    .ports
-                    .executions
-                    .execution(&record.scope, &record.operation_key)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
-                self.view_of(&current, root.as_deref()).await
-            }
-            Err(err) => Err(err.into()),
+        match self.swap(&next, record.version).await? {
+            Swap::Won(stored) | Swap::Lost(stored) => self.view_of(&stored, root.as_deref()).await,
         }
     }
 
@@ -665,20 +682,9 @@ impl Engine {
         let mut fenced = record.clone();
         fenced.status = ExecutionStatus::Dispatching;
         fenced.updated_at = self.now();
-        let record = match self
-            .ports
-            .executions
-            .update_execution(&fenced, record.version)
-            .await
-        {
-            Ok(record) => record,
-            Err(StoreError::VersionConflict { .. }) => {
-                let current = self
-                    .ports
-                    .executions
-                    .execution(&plan.scope, &plan.operation_key)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
+        let record = match self.swap(&fenced, record.version).await {
+            Ok(Swap::Won(record)) => record,
+            Ok(Swap::Lost(current)) => {
                 return Ok(finished(self.view_of(&current, plan.root_key()).await?));
             }
             Err(err) => {
@@ -686,7 +692,7 @@ impl Engine {
                 let _ = self
                     .not_dispatched(&record, Some(NotDispatchedCause::Store), None)
                     .await;
-                return Err(err.into());
+                return Err(err);
             }
         };
         // The decision, against the run's report of an interruption: whoever swaps first wins.
@@ -863,21 +869,7 @@ impl Engine {
             let mut next = record.clone();
             next.status = ExecutionStatus::ReconciliationRequired;
             next.updated_at = self.now();
-            let stored = match self
-                .ports
-                .executions
-                .update_execution(&next, record.version)
-                .await
-            {
-                Ok(stored) => stored,
-                Err(StoreError::VersionConflict { .. }) => self
-                    .ports
-                    .executions
-                    .execution(&plan.scope, &plan.operation_key)
-                    .await?
-                    .ok_or(StoreError::NotFound)?,
-                Err(err) => return Err(err.into()),
-            };
+            let (Swap::Won(stored) | Swap::Lost(stored)) = self.swap(&next, record.version).await?;
             let _ = self
                 .audit(
                     plan,
@@ -901,12 +893,7 @@ impl Engine {
             collected.step.stop.clone()
         };
         // Recovery may have fenced the call while it streamed: then it owns the accounting.
-        let current = self
-            .ports
-            .executions
-            .execution(&plan.scope, &plan.operation_key)
-            .await?
-            .ok_or(StoreError::NotFound)?;
+        let current = self.current(&plan.scope, &plan.operation_key).await?;
         if current.version != record.version {
             self.background(
                 &plan.operation_key,
@@ -987,26 +974,15 @@ impl Engine {
         next.status = ExecutionStatus::Completed;
         next.meta = to_meta(&meta)?;
         next.updated_at = self.now();
-        let completed = match self
-            .ports
-            .executions
-            .update_execution(&next, record.version)
-            .await
-        {
-            Ok(stored) => stored,
-            Err(StoreError::VersionConflict { .. }) => {
+        let completed = match self.swap(&next, record.version).await? {
+            Swap::Won(stored) => stored,
+            Swap::Lost(current) => {
                 // Recovery fenced the call meanwhile; it owns the completion now.
                 self.background(
                     &plan.operation_key,
                     "fenced",
                     "recovery fenced the call before it completed",
                 );
-                let current = self
-                    .ports
-                    .executions
-                    .execution(&plan.scope, &plan.operation_key)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
                 return Ok(RunOutcome {
                     view: self.view_of(&current, plan.root_key()).await?,
                     replayed: false,
@@ -1016,7 +992,6 @@ impl Engine {
                     refusal: None,
                 });
             }
-            Err(err) => return Err(err.into()),
         };
         if let Err(err) = self
             .audit(
@@ -1294,23 +1269,9 @@ impl Engine {
         fence.lease_until =
             Some(now.plus_millis(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)));
         fence.updated_at = now;
-        let record = match self
-            .ports
-            .executions
-            .update_execution(&fence, record.version)
-            .await
-        {
-            Ok(record) => record,
-            Err(StoreError::VersionConflict { .. }) => {
-                let current = self
-                    .ports
-                    .executions
-                    .execution(&record.scope, &record.operation_key)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
-                return self.view_of(&current, root.as_deref()).await;
-            }
-            Err(err) => return Err(err.into()),
+        let record = match self.swap(&fence, record.version).await? {
+            Swap::Won(record) => record,
+            Swap::Lost(current) => return self.view_of(&current, root.as_deref()).await,
         };
         let (scope, key) = (&record.scope, record.operation_key.as_str());
         let charge = match self.ports.settlement.charge(scope, key).await? {
@@ -1503,19 +1464,6 @@ impl Engine {
             }
         }
         Ok(result)
-    }
-}
-
-/// A tool choice naming a tool the request does not carry (checked by the engine itself,
-/// whatever a client's validator says).
-fn tool_choice_refusal(request: &ModelRequest) -> Option<String> {
-    use herma_providers::single::ToolChoice;
-    match &request.controls.tool_choice {
-        Some(ToolChoice::Tool { name }) if !request.tools.iter().any(|t| &t.name == name) => {
-            Some("controls.tool_choice".to_owned())
-        }
-        Some(_) if request.tools.is_empty() => Some("controls.tool_choice".to_owned()),
-        _ => None,
     }
 }
 

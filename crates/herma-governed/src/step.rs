@@ -442,13 +442,23 @@ impl GovernedStepRunner {
         {
             return Ok(None);
         }
-        let bound = self
+        // Only the journal row is needed to see which root the call belongs to.
+        let journaled_root = match self
             .engine
-            .read(scope, operation_key)
+            .ports
+            .executions
+            .execution(scope, operation_key)
             .await?
-            .and_then(|v| v.record)
-            .is_none_or(|r| r.meta.identity.root_key.as_deref() == Some(root_key));
-        if !bound {
+        {
+            Some(record) => Some(
+                crate::types::JournalEntry::from_record(&record)?
+                    .meta
+                    .identity
+                    .root_key,
+            ),
+            None => None,
+        };
+        if journaled_root.is_some_and(|root| root.as_deref() != Some(root_key)) {
             return Ok(None);
         }
         self.engine.recover(scope, operation_key, lease).await

@@ -499,15 +499,15 @@ impl StructuredCallRunner {
     ) -> Result<Option<CallView>, GovernedError> {
         let root_key = structured_id("root", scope, operation_key);
         let call_key = structured_id("call", scope, operation_key);
-        if self
+        match self
             .step
             .recover(scope, &root_key, &call_key, lease)
             .await?
-            .is_none()
         {
-            return Ok(None);
+            Some(view) => Ok(Some(view)),
+            // Nothing journaled: the root says what that means.
+            None => self.read(scope, operation_key).await,
         }
-        self.read(scope, operation_key).await
     }
 
     pub async fn reconcile_usage(

@@ -852,4 +852,8 @@ pub mod testing {
     }
 }
 
-herma_store_sql::governed_sql_impl!(super::PgStore, herma_store_sql::governed::numbered);
+herma_store_sql::governed_sql_impl!(
+    super::PgStore,
+    sqlx::Postgres,
+    herma_store_sql::governed::numbered
+);

@@ -145,11 +145,11 @@ pub fn root_receipt_from_row(row: &impl SqlRow) -> StoreResult<RootReceipt> {
     })
 }
 
-/// Implements every governed port for `$store` (a struct with a `pool` field of `$pool`),
-/// turning each statement's `?` placeholders with `$sql` ([`plain`] or [`numbered`]).
+/// Implements every governed port for `$store` (a struct with a `pool` field of database
+/// `$db`), turning each statement's `?` placeholders with `$sql` ([`plain`] or [`numbered`]).
 #[macro_export]
 macro_rules! governed_sql_impl {
-    ($store:ty, $sql:path) => {
+    ($store:ty, $db:ty, $sql:path) => {
         mod governed_impl {
             use async_trait::async_trait;
             use herma_core::{CallerScope, Timestamp};
@@ -190,6 +190,51 @@ macro_rules! governed_sql_impl {
 
             fn day_counter(day: &str) -> String {
                 format!("day:{day}")
+            }
+
+            /// Adds `micros` to the session and day counters, inside the caller's transaction.
+            async fn add_to_counters(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                scope: &CallerScope,
+                session_id: &str,
+                day: &str,
+                micros: i64,
+            ) -> StoreResult<()> {
+                let counter = q(
+                    "INSERT INTO governed_spend (caller_scope, counter, micros) VALUES (?, ?, ?)
+                     ON CONFLICT (caller_scope, counter)
+                     DO UPDATE SET micros = governed_spend.micros + excluded.micros",
+                );
+                for name in [session_counter(session_id), day_counter(day)] {
+                    sqlx::query(&counter)
+                        .bind(scope.as_str())
+                        .bind(name)
+                        .bind(micros)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(backend)?;
+                }
+                Ok(())
+            }
+
+            /// Takes the root's lock (a no-op write of its row) and returns its status, `None`
+            /// when the root does not exist. Nothing else admits, closes or expires it until
+            /// the transaction ends.
+            async fn lock_root(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                scope: &CallerScope,
+                root_key: &str,
+            ) -> StoreResult<Option<String>> {
+                let lock = q(
+                    "UPDATE governed_roots SET status = status
+                     WHERE caller_scope = ? AND root_key = ? RETURNING status",
+                );
+                sqlx::query_scalar(&lock)
+                    .bind(scope.as_str())
+                    .bind(root_key)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(backend)
             }
 
             impl $store {
@@ -580,20 +625,14 @@ macro_rules! governed_sql_impl {
                             created: false,
                         });
                     };
-                    let counter = q(
-                        "INSERT INTO governed_spend (caller_scope, counter, micros) VALUES (?, ?, ?)
-                         ON CONFLICT (caller_scope, counter)
-                         DO UPDATE SET micros = governed_spend.micros + excluded.micros",
-                    );
-                    for name in [session_counter(&charge.session_id), day_counter(&charge.day)] {
-                        sqlx::query(&counter)
-                            .bind(charge.scope.as_str())
-                            .bind(name)
-                            .bind(charge.amount_micros)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(backend)?;
-                    }
+                    add_to_counters(
+                        &mut tx,
+                        &charge.scope,
+                        &charge.session_id,
+                        &charge.day,
+                        charge.amount_micros,
+                    )
+                    .await?;
                     let stored = charge_from_row(&row)?;
                     tx.commit().await.map_err(backend)?;
                     Ok(Settlement {
@@ -665,20 +704,7 @@ macro_rules! governed_sql_impl {
                     micros: i64,
                 ) -> StoreResult<()> {
                     let mut tx = self.pool.begin().await.map_err(backend)?;
-                    let counter = q(
-                        "INSERT INTO governed_spend (caller_scope, counter, micros) VALUES (?, ?, ?)
-                         ON CONFLICT (caller_scope, counter)
-                         DO UPDATE SET micros = governed_spend.micros + excluded.micros",
-                    );
-                    for name in [session_counter(session_id), day_counter(day)] {
-                        sqlx::query(&counter)
-                            .bind(scope.as_str())
-                            .bind(name)
-                            .bind(micros)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(backend)?;
-                    }
+                    add_to_counters(&mut tx, scope, session_id, day, micros).await?;
                     tx.commit().await.map_err(backend)
                 }
             }
@@ -775,18 +801,7 @@ macro_rules! governed_sql_impl {
                     operation_key: &str,
                 ) -> StoreResult<CallReservation> {
                     let mut tx = self.pool.begin().await.map_err(backend)?;
-                    // The root's lock: nothing else admits, closes or expires it until commit.
-                    let lock = q(
-                        "UPDATE governed_roots SET status = status
-                         WHERE caller_scope = ? AND root_key = ? RETURNING status",
-                    );
-                    let status: Option<String> = sqlx::query_scalar(&lock)
-                        .bind(scope.as_str())
-                        .bind(root_key)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(backend)?;
-                    let Some(status) = status else {
+                    let Some(status) = lock_root(&mut tx, scope, root_key).await? else {
                         return Ok(CallReservation::MissingRoot);
                     };
                     let exists = q(
@@ -913,17 +928,10 @@ macro_rules! governed_sql_impl {
                     receipt: &RootReceipt,
                 ) -> StoreResult<(RootReceipt, bool)> {
                     let mut tx = self.pool.begin().await.map_err(backend)?;
-                    let lock = q(
-                        "UPDATE governed_roots SET status = status
-                         WHERE caller_scope = ? AND root_key = ? RETURNING status",
-                    );
-                    let status: Option<String> = sqlx::query_scalar(&lock)
-                        .bind(receipt.scope.as_str())
-                        .bind(&receipt.root_key)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(backend)?;
-                    if status.is_none() {
+                    if lock_root(&mut tx, &receipt.scope, &receipt.root_key)
+                        .await?
+                        .is_none()
+                    {
                         return Err(StoreError::NotFound);
                     }
                     let sql = q(&format!(

@@ -815,4 +815,8 @@ async fn apply_pending(conn: &mut sqlx::SqliteConnection) -> StoreResult<Vec<App
     Ok(applied)
 }
 
-herma_store_sql::governed_sql_impl!(super::SqliteStore, herma_store_sql::governed::plain);
+herma_store_sql::governed_sql_impl!(
+    super::SqliteStore,
+    sqlx::Sqlite,
+    herma_store_sql::governed::plain
+);

@@ -3,18 +3,17 @@
 //! recovers, and a replay follows. No key is dispatched twice, and durable usage evidence
 //! always ends settled (with its root receipt).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use herma_core::CallerScope;
 use herma_governed::ports::{ExecutionStatus, GovernedPorts};
-use herma_governed::{GovernedStepRunner, SingleCallRunner, ViewState};
+use herma_governed::{Clock, GovernedStepRunner, SingleCallRunner, ViewState};
 use herma_providers::single::ProviderKind;
 
 use crate::on_all_backends;
 use crate::step::{StepHarness, step_config, tool_answer};
 use crate::support::*;
-use crate::text::config;
+use crate::text::{config, question, text_run};
 
 /// What must hold for `key` once recovery ran.
 async fn check_invariants(
@@ -86,9 +85,10 @@ async fn text_calls_recover_from_a_crash_before_every_write(backend: Backend) {
     let client = ScriptedClient::anthropic(text_answer("hi", usage(100, 10)));
     let runner =
         SingleCallRunner::new(config(probe.ports(), client.clone(), clock.clone())).unwrap();
-    let mut run = crate::text::harness(Backend::Memory).await.run("probe");
-    run.scope = scope.clone();
-    runner.run(run).await.unwrap();
+    runner
+        .run(text_run(&scope, "probe", question()))
+        .await
+        .unwrap();
     let total = probe.writes();
     assert_eq!(
         total, 9,
@@ -101,9 +101,7 @@ async fn text_calls_recover_from_a_crash_before_every_write(backend: Backend) {
         let crashing = Flaky::new(base.clone(), FailWhen::FromWrite(step));
         let runner =
             SingleCallRunner::new(config(crashing.ports(), client.clone(), clock.clone())).unwrap();
-        let mut run = crate::text::harness(Backend::Memory).await.run(&key);
-        run.scope = scope.clone();
-        let _ = runner.run(run).await;
+        let _ = runner.run(text_run(&scope, &key, question())).await;
 
         // The restarted process: same stores, no failures, after the deadline.
         clock.advance_millis(31_000);
@@ -116,9 +114,10 @@ async fn text_calls_recover_from_a_crash_before_every_write(backend: Backend) {
             .unwrap();
         check_invariants(&base, &scope, &key, None, client.dispatches(), step).await;
         // A replay never dispatches a recorded call again.
-        let mut again = crate::text::harness(Backend::Memory).await.run(&key);
-        again.scope = scope.clone();
-        let replay = healthy.run(again).await.unwrap();
+        let replay = healthy
+            .run(text_run(&scope, &key, question()))
+            .await
+            .unwrap();
         assert!(step == 1 || replay.replayed, "crash at write {step}");
         assert!(client.dispatches() <= 1, "crash at write {step}");
         if step == 1 {
@@ -187,7 +186,7 @@ async fn step_calls_recover_from_a_crash_before_every_write(backend: Backend) {
         };
         let mut again = healthy_h.run(&key, None);
         // The root's original deadline has passed: only a replay answers.
-        again.call.deadline_at = probe.clock.now_plus(30_000);
+        again.call.deadline_at = probe.clock.now().plus_millis(30_000);
         let _ = healthy_h.runner.run(again).await;
         assert!(client.dispatches() <= 1, "crash at write {step}");
     }
@@ -210,16 +209,6 @@ async fn step_probe(base: GovernedPorts) -> StepHarness {
     h.open_root("root-1").await;
     h.runner.run(h.run("probe", None)).await.unwrap();
     h
-}
-
-trait NowPlus {
-    fn now_plus(&self, ms: i64) -> herma_core::Timestamp;
-}
-
-impl NowPlus for Arc<herma_governed::ManualClock> {
-    fn now_plus(&self, ms: i64) -> herma_core::Timestamp {
-        herma_governed::Clock::now(self.as_ref()).plus_millis(ms)
-    }
 }
 
 on_all_backends!(

@@ -7,8 +7,8 @@ use std::time::Duration;
 use herma_core::CallerScope;
 use herma_governed::ports::{ExecutionStatus, NotDispatchedCause};
 use herma_governed::{
-    Cap, CapMode, Caps, GovernedError, InputLoader, Interruption, LoadError, Outcome, Output,
-    OutputContract, SingleCallConfig, SingleCallRunner, TextRun, UsageQuery, ViewState,
+    Cap, CapMode, Caps, Clock, GovernedError, InputLoader, Interruption, LoadError, Outcome,
+    Output, OutputContract, SingleCallConfig, SingleCallRunner, TextRun, UsageQuery, ViewState,
     is_step_interruption,
 };
 use herma_providers::single::{ModelEvent, Msg, ProviderKind, StopReason, ToolChoice};
@@ -84,17 +84,31 @@ impl Harness {
     }
 
     pub fn run(&self, key: &str) -> TextRun {
-        TextRun {
-            scope: self.scope.clone(),
-            session_id: "session-1".into(),
-            operation_key: key.into(),
-            input_revision: "rev-1".into(),
-            intent: "answer".into(),
-            cancel: None,
-            tool_choice: None,
-            load_input: self.loader(vec![Msg::user("What is Herma?")]),
-        }
+        text_run(
+            &self.scope,
+            key,
+            self.loader(vec![Msg::user("What is Herma?")]),
+        )
     }
+}
+
+/// The run every text test sends: session-1, rev-1, intent `answer`.
+pub fn text_run(scope: &CallerScope, key: &str, load_input: InputLoader) -> TextRun {
+    TextRun {
+        scope: scope.clone(),
+        session_id: "session-1".into(),
+        operation_key: key.into(),
+        input_revision: "rev-1".into(),
+        intent: "answer".into(),
+        cancel: None,
+        tool_choice: None,
+        load_input,
+    }
+}
+
+/// A loader answering `What is Herma?`.
+pub fn question() -> InputLoader {
+    Box::new(|| Box::pin(async { Ok(vec![Msg::user("What is Herma?")]) }))
 }
 
 /// 1,000 input tokens at 3 per million micros-units and 200 output at 15: 3,000 + 3,000.
@@ -498,7 +512,7 @@ async fn erased_or_expired_output_is_unavailable_but_the_history_stays(backend: 
     h.flaky
         .ports()
         .results
-        .erase_result(&h.scope, "erased", h.clock.now_ts())
+        .erase_result(&h.scope, "erased", h.clock.now())
         .await
         .unwrap();
     let erased = h.runner.read(&h.scope, "erased").await.unwrap().unwrap();
@@ -898,19 +912,3 @@ on_all_backends!(
     usage_reconciliation_pages_and_acknowledges_only_durable_accounting,
     clients_that_retry_are_refused,
 );
-
-#[test]
-fn the_clock_helper_reads_the_manual_clock() {
-    let c = clock();
-    assert_eq!(c.now_ts().to_rfc3339(), "2026-11-30T10:00:00.000Z");
-}
-
-trait NowTs {
-    fn now_ts(&self) -> herma_core::Timestamp;
-}
-
-impl NowTs for herma_governed::ManualClock {
-    fn now_ts(&self) -> herma_core::Timestamp {
-        herma_governed::Clock::now(self)
-    }
-}
