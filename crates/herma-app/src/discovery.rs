@@ -65,8 +65,9 @@ impl App {
             "features": {
                 "preview": true,
                 "memory": self.memory.is_some(),
-                "semantic_triggers": false,
-                "micromodel_triggers": false,
+                "semantic_triggers": self.tiers.embedder.is_some(),
+                "micromodel_triggers": self.tiers.classifier.is_some(),
+                // Typed work conversations are not served by this version.
                 "conversations": false
             }
         })

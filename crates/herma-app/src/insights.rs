@@ -24,11 +24,24 @@ pub struct RuleInsight {
     pub version: u64,
     pub builtin: bool,
     pub enabled: bool,
-    #[serde(flatten)]
-    pub stats: RuleStats,
+    /// Turns whose request received this rule's context.
+    pub injected: u64,
+    /// Turns this rule answered.
+    pub responded_directly: u64,
+    /// Turns after one where it fired that carried an error signature.
+    pub retry_errors: u64,
+    /// Turns where it matched but another rule decided (or it was once-only and spent).
+    pub matched_not_applied: u64,
     /// `retry_errors` / (`injected` + `responded_directly`); 0 when it never fired.
     #[schema(example = 0.25)]
     pub retry_error_rate: f64,
+}
+
+impl RuleInsight {
+    /// Turns the rule decided: injected or answered.
+    pub fn fired(&self) -> u64 {
+        self.injected + self.responded_directly
+    }
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -94,24 +107,26 @@ impl App {
                     version: p.version,
                     builtin: *builtin,
                     enabled: p.spec.enabled,
+                    injected: stats.injected,
+                    responded_directly: stats.responded_directly,
+                    retry_errors: stats.retry_errors,
+                    matched_not_applied: stats.matched_not_applied,
                     retry_error_rate: if fired == 0 {
                         0.0
                     } else {
                         stats.retry_errors as f64 / fired as f64
                     },
-                    stats,
                 }
             })
             .collect();
         rules.sort_by(|a, b| {
-            b.stats
-                .fired()
-                .cmp(&a.stats.fired())
+            b.fired()
+                .cmp(&a.fired())
                 .then(a.provision_id.cmp(&b.provision_id))
         });
         let never_matched = rules
             .iter()
-            .filter(|r| r.enabled && r.stats.fired() == 0 && r.stats.matched_not_applied == 0)
+            .filter(|r| r.enabled && r.fired() == 0 && r.matched_not_applied == 0)
             .map(|r| r.provision_id.clone())
             .collect();
         Ok(Insights {

@@ -10,7 +10,8 @@ pub async fn run(settings: Settings) -> Result<(), Failure> {
     let app = open_app(settings).await?;
     if app.has_no_keys().await.unwrap_or(false) {
         tracing::info!(
-            "no keys yet: create one with `herma keys create --scope route,configure --harness claude-code` (same --database)"
+            "no keys yet: create one with `{} keys create --scope route,configure --harness claude-code` (same --database)",
+            program()
         );
     }
     let listener = TcpListener::bind(bind)
@@ -29,6 +30,15 @@ pub async fn run(settings: Settings) -> Result<(), Failure> {
         .map_err(|e| Failure::runtime(format!("the server stopped: {e}")))?;
     tracing::info!("herma stopped");
     Ok(())
+}
+
+/// How to run this binary again from the same shell: `herma` when it was found on `PATH`, else
+/// the path it was started by (`target/release/herma` under `cargo run`).
+fn program() -> String {
+    match std::env::args_os().next().map(std::path::PathBuf::from) {
+        Some(path) if path.components().count() > 1 => path.display().to_string(),
+        _ => "herma".to_owned(),
+    }
 }
 
 /// A future resolving on SIGINT (Ctrl-C) or SIGTERM; the handlers are installed now.

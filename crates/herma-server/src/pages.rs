@@ -187,7 +187,7 @@ pub fn landing(base: &str) -> String {
 <section aria-labelledby="start"><h2 id="start">Start in three steps</h2>
 <ol class="steps">
 <li><strong>Run Herma.</strong> One binary with an embedded database:<pre><code>cargo run --release --bin herma -- serve</code></pre></li>
-<li><strong>Create a key</strong> for your harness:<pre><code>herma keys create --scope route,configure --harness claude-code</code></pre></li>
+<li><strong>Create a key</strong> for your harness:<pre><code>cargo run --release --bin herma -- keys create --scope route,configure --harness claude-code</code></pre></li>
 <li><strong>Point your harness here.</strong> For Claude Code:<pre><code>export ANTHROPIC_BASE_URL={base}
 export ANTHROPIC_API_KEY=hmk_…</code></pre>Codex, opencode and the SDKs are in <a href="/docs#connect">the docs</a>.</li>
 </ol></section>
@@ -409,17 +409,21 @@ pub fn docs(base: &str) -> String {
 
 <h2 id="start">Start</h2>
 <pre><code>cargo run --release --bin herma -- serve      # 127.0.0.1:7730, ./herma.db
-herma keys create --scope route,configure --harness claude-code</code></pre>
-<p>The key is printed once; Herma keeps only its SHA-256 digest. <code>herma serve --database postgres://…</code> runs many instances on one PostgreSQL database.</p>
+cargo run --release --bin herma -- keys create --scope route,configure --harness claude-code</code></pre>
+<p>The key is printed once; Herma keeps only its SHA-256 digest. <code>cargo install --path crates/herma-cli</code> puts the binary on your <code>PATH</code> as <code>herma</code>; <code>herma serve --database postgres://…</code> then runs many instances on one PostgreSQL database.</p>
 
 <h2 id="connect">Connect a harness</h2>
-<p>The harness's API key is the Herma key. Herma forwards to the upstream named by <code>X-Upstream-Base-Url</code> (with the provider key in <code>X-Upstream-Api-Key</code>), or to the operator's <code>HERMA_UPSTREAM_BASE_URL</code>.</p>
+<p>The harness's API key is the Herma key. Herma forwards to the upstream named by <code>X-Upstream-Base-Url</code> (with the provider key in <code>X-Upstream-Api-Key</code>), or to the operator's <code>HERMA_UPSTREAM_BASE_URL</code>. A vendor host named by a caller must be allowed (the default allows only <code>localhost</code> and <code>127.0.0.1</code>); start Herma with, for example:</p>
+<pre><code>HERMA_ALLOWED_UPSTREAM_HOSTS=localhost,127.0.0.1,api.anthropic.com,api.openai.com</code></pre>
 <h3>Claude Code (Anthropic Messages)</h3>
 <pre><code>export ANTHROPIC_BASE_URL={base}
 export ANTHROPIC_API_KEY=hmk_…
 export ANTHROPIC_CUSTOM_HEADERS=$'X-Upstream-Base-Url: https://api.anthropic.com\nX-Upstream-Api-Key: sk-ant-…'</code></pre>
 <h3>Codex (OpenAI Responses)</h3>
 <pre><code># ~/.codex/config.toml
+model_provider = "herma"
+model = "gpt-5-codex"
+
 [model_providers.herma]
 name = "Herma"
 base_url = "{base}/v1"
@@ -432,9 +436,11 @@ env_http_headers = {{ "X-Upstream-Api-Key" = "OPENAI_API_KEY" }}</code></pre>
 "provider": {{ "herma": {{
   "npm": "@ai-sdk/openai-compatible",
   "options": {{ "baseURL": "{base}/v1", "apiKey": "{{env:HERMA_KEY}}",
-               "headers": {{ "X-Upstream-Base-Url": "https://api.openai.com" }} }},
-  "models": {{ "gpt-5": {{}} }}
-}} }}</code></pre>
+               "headers": {{ "X-Upstream-Base-Url": "https://api.openai.com",
+                            "X-Upstream-Api-Key": "{{env:OPENAI_API_KEY}}" }} }},
+  "models": {{ "gpt-5-mini": {{}} }}
+}} }},
+"model": "herma/gpt-5-mini"</code></pre>
 
 <h3>OpenAI and Anthropic SDKs</h3>
 <p>Set <code>base_url</code> to <code>{base}/v1</code> (OpenAI) or <code>{base}</code> (Anthropic), the API key to the Herma key, and the upstream headers in <code>default_headers</code>.</p>

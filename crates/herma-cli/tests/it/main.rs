@@ -250,8 +250,11 @@ fn first_start_explains_how_to_create_a_key() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     let startup = server.startup.join("\n");
+    // The hint names the binary as it was started (here by its path), so it works when pasted.
     assert!(
-        startup.contains("no keys yet: create one with `herma keys create"),
+        startup.contains(&format!(
+            "no keys yet: create one with `{HERMA} keys create"
+        )),
         "{startup}"
     );
     assert!(startup.contains("built-in starters loaded"), "{startup}");

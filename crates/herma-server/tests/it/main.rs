@@ -5,6 +5,7 @@
 
 mod admin;
 mod bad_input;
+mod docs;
 mod gate;
 mod governance;
 mod handshake;
@@ -85,6 +86,7 @@ impl<'a> Req<'a> {
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.bytes().await.expect("body");
+        assert_strict_json(&headers, &bytes);
         let body = if bytes.is_empty() {
             Value::Null
         } else {
@@ -92,6 +94,22 @@ impl<'a> Req<'a> {
                 .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
         };
         (status, headers, body)
+    }
+}
+
+/// Every JSON body Herma serves must parse under Herma's own strict reader (no duplicate keys,
+/// nesting within bounds), so clients as strict as Herma can read it.
+pub fn assert_strict_json(headers: &reqwest::header::HeaderMap, bytes: &[u8]) {
+    let json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json") || t.contains("+json"));
+    if json && let Err(problem) = herma_core::json::parse_strict(bytes) {
+        panic!(
+            "a JSON body Herma served does not parse strictly: {} in {}",
+            problem.detail,
+            String::from_utf8_lossy(bytes)
+        );
     }
 }
 

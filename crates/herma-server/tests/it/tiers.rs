@@ -559,3 +559,24 @@ async fn both_tiers_speak_ollama_too() {
     );
     assert_eq!(models.last_chat().unwrap()["format"], "json");
 }
+
+#[tokio::test]
+async fn connect_json_reports_the_configured_tiers() {
+    async fn features(app: &TestApp) -> (Value, Value) {
+        let body = req(Method::GET, "/connect.json").send(app).await.2;
+        (
+            body["features"]["semantic_triggers"].clone(),
+            body["features"]["micromodel_triggers"].clone(),
+        )
+    }
+    let plain = spawn_app(Backend::Memory, &[]).await;
+    assert_eq!(features(&plain).await, (json!(false), json!(false)));
+
+    let models = MockModels::start(Reply::decision(true, 0.9)).await;
+    let classified = classifier_app(&models, Backend::Memory, &[]).await;
+    assert_eq!(features(&classified).await, (json!(false), json!(true)));
+
+    let dir = embed_model_dir();
+    let semantic = spawn_app(Backend::Memory, &[("HERMA_EMBED_MODEL_DIR", &dir)]).await;
+    assert_eq!(features(&semantic).await, (json!(true), json!(false)));
+}
