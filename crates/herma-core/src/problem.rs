@@ -48,6 +48,10 @@ problem_codes! {
     VersionConflict => "version_conflict", "The record changed since the version you read";
     InvalidJson => "invalid_json", "The body is not acceptable JSON";
     ValidationFailed => "validation_failed", "The request does not satisfy the schema";
+    InvalidPath => "invalid_path", "The request path cannot be read";
+    MalformedRequest => "malformed_request", "The request is not valid HTTP";
+    UriTooLong => "uri_too_long", "The request URI exceeds the size limit";
+    HeadersTooLarge => "headers_too_large", "The request headers exceed the size limit";
     NotFound => "not_found", "No such resource";
     MethodNotAllowed => "method_not_allowed", "This route does not accept that method";
     UnsupportedMediaType => "unsupported_media_type", "The body must be application/json";

@@ -19,6 +19,24 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// One path segment (a record, receipt or key id), percent-decoded. A segment that does not
+/// decode to UTF-8 (`%FF`) is refused as `invalid_path` problem+json, not axum's plain text.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(id)) => Ok(Self(id)),
+            Err(rejection) => Err(ApiError(Problem::new(
+                ProblemCode::InvalidPath,
+                format!("the path's id cannot be read: {}", rejection.body_text()),
+            ))),
+        }
+    }
+}
+
 /// The request headers the gate reads, kept so admission can happen inside the handler (where
 /// the requirement may depend on the query, e.g. built-in writes need an admin).
 pub struct GateFacts(HeaderMap);
@@ -101,7 +119,14 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             )));
         }
     }
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|err| {
+    let bytes = read_body(body, limit).await?;
+    Ok(json::parse_strict(&bytes)?)
+}
+
+/// The whole body, at most `limit` bytes: a larger one is `payload_too_large`, one that breaks
+/// off is `invalid_json`.
+pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
         let too_large = std::error::Error::source(&err)
             .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
         ApiError(if too_large {
@@ -112,6 +137,5 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         } else {
             Problem::new(ProblemCode::InvalidJson, "the body could not be read")
         })
-    })?;
-    Ok(json::parse_strict(&bytes)?)
+    })
 }

@@ -3,11 +3,13 @@
 //! Layout: [`router`] builds every route from annotated handlers in [`routes`] (so `/openapi.json`
 //! covers them all), wrapped in the layers of [`layers`] (request ids, tracing, security headers,
 //! the edge check); [`extract`] holds the strict extractors, [`error`] maps problems to statuses;
-//! [`serve`] runs the router on a listener until a shutdown future resolves.
+//! [`serve`] runs the router on a listener until a shutdown future resolves, over the
+//! connections of [`conn`] (which turn hyper's own answers to unparseable heads into problems).
 //!
 //! Architecture invariant: handlers contain no business rules: extract, call one `herma_app`
 //! service, map the result. Status codes are decided only in [`error::status_of`].
 
+pub mod conn;
 pub mod error;
 pub mod extract;
 mod layers;
@@ -19,7 +21,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::serve::ListenerExt;
 use herma_app::App;
 use herma_core::{Problem, ProblemCode};
 use tokio::net::TcpListener;
@@ -137,15 +138,9 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // Small writes (SSE events) go out at once instead of waiting on Nagle's algorithm.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "could not set TCP_NODELAY");
-        }
-    });
     let served = axum::serve(
-        listener,
-        router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        conn::HermaListener(listener),
+        router(app.clone()).into_make_service_with_connect_info::<conn::Peer>(),
     )
     .with_graceful_shutdown(shutdown)
     .await;

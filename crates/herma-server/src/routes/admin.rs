@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use herma_app::keys::{IssuedKey, NewKey};
 use herma_core::gate::Requirement;
@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::error::ApiResult;
-use crate::extract::{GateFacts, read_json};
+use crate::extract::{GateFacts, PathId, read_json};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyList {
@@ -21,7 +21,8 @@ pub struct KeyList {
 
 /// Issue a key. The secret is returned once and never stored.
 #[utoipa::path(post, path = "/v1/admin/keys", tag = "admin",
-    request_body = NewKey,
+    request_body(content = NewKey,
+        example = json!({"scopes": ["route", "configure"], "harness": "claude-code", "label": "laptop"})),
     responses((status = 201, body = IssuedKey), (status = 401, body = crate::openapi::ProblemBody),
         (status = 403, description = "Not an admin", body = crate::openapi::ProblemBody),
         (status = 422, body = crate::openapi::ProblemBody)),
@@ -86,7 +87,7 @@ pub async fn tessera_sync(
 pub async fn revoke_key(
     State(state): State<AppState>,
     facts: GateFacts,
-    Path(key_id): Path<String>,
+    PathId(key_id): PathId,
 ) -> ApiResult<Json<HarnessKey>> {
     facts.admit(&state, Requirement::Admin).await?;
     Ok(Json(state.app.revoke_key(&key_id).await?))

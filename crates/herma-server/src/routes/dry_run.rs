@@ -16,7 +16,8 @@ use crate::extract::{GateFacts, read_json};
 /// Evaluate a request against your rules: matches per tier, the exact shim or direct answer,
 /// `persisted: false`, no upstream contact.
 #[utoipa::path(post, path = "/v1/dry-run", tag = "proxy",
-    request_body = DryRunRequest,
+    request_body(content = DryRunRequest,
+        example = json!({"protocol": "messages", "body": {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "deploy the fix"}]}})),
     responses((status = 200, body = DryRunReport), (status = 401, body = crate::openapi::ProblemBody),
         (status = 422, body = crate::openapi::ProblemBody)),
     security(("bearer" = []), ("api_key" = [])))]

@@ -5,23 +5,25 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herma_app::mcp::{McpReply, McpRequestFacts, codes};
-
-use crate::error::rpc_status_of;
+use herma_core::ProblemCode;
 
 use crate::AppState;
-use crate::extract::GateFacts;
+use crate::error::{ApiError, rpc_status_of};
+use crate::extract::{GateFacts, read_body};
 use crate::routes::public::{PeerAddr, base_url, client_address};
 
 /// One MCP message (JSON-RPC 2.0). Without a key: `herma_preview` and `herma_discovery`; with a
 /// key: also the caller's dry run and read-only provisions, context entries and insights.
 /// Notifications are accepted with 202 and no body; tool failures are results with `isError`.
 #[utoipa::path(post, path = "/mcp", tag = "public",
-    request_body(content = serde_json::Value, description = "A JSON-RPC 2.0 request or notification", content_type = "application/json"),
+    request_body(content = serde_json::Value, description = "A JSON-RPC 2.0 request or notification", content_type = "application/json",
+        example = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
     params(("MCP-Protocol-Version" = Option<String>, Header, description = "The negotiated MCP revision")),
     responses(
         (status = 200, description = "A JSON-RPC response (result or error)", content_type = "application/json"),
         (status = 202, description = "A notification, accepted"),
         (status = 400, description = "Malformed JSON-RPC, an unsupported protocol version or mismatched headers", content_type = "application/json"),
+        (status = 413, description = "The body is larger than HERMA_MAX_BODY_BYTES", body = crate::openapi::ProblemBody, content_type = "application/problem+json"),
         (status = 401, description = "The key given is not valid", content_type = "application/json"),
         (status = 404, description = "Unknown method", content_type = "application/json")))]
 pub async fn mcp(
@@ -30,12 +32,18 @@ pub async fn mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let limit = state.body_limit();
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        let reply = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
-            "code": codes::INVALID_REQUEST,
-            "message": format!("the body could not be read or is larger than {limit} bytes")}});
-        return json_reply(rpc_status_of(Some(codes::INVALID_REQUEST)), &reply);
+    // An oversized body is refused at the HTTP layer like on every other route (413
+    // problem+json); one that breaks off is a malformed JSON-RPC message.
+    let bytes = match read_body(body, state.body_limit()).await {
+        Ok(bytes) => bytes,
+        Err(ApiError(problem)) if problem.code == ProblemCode::PayloadTooLarge => {
+            return ApiError(problem).into_response();
+        }
+        Err(_) => {
+            let reply = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": codes::INVALID_REQUEST, "message": "the body could not be read"}});
+            return json_reply(rpc_status_of(Some(codes::INVALID_REQUEST)), &reply);
+        }
     };
     let gate = GateFacts::from_headers(headers.clone());
     let address = client_address(&state, &headers, peer);

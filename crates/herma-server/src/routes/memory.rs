@@ -2,7 +2,7 @@
 //! and how their rules fare.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use herma_app::insights::Insights;
 use herma_app::records::own_scope;
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::AppState;
 use crate::error::ApiResult;
-use crate::extract::{GateFacts, StrictQuery};
+use crate::extract::{GateFacts, PathId, StrictQuery};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -135,7 +135,7 @@ pub async fn insights(
 pub async fn approve_candidate(
     State(state): State<AppState>,
     facts: GateFacts,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<(StatusCode, Json<Provision>)> {
     let principal = facts.admit(&state, Requirement::Configure).await?;
     Ok((

@@ -184,7 +184,8 @@ async fn relay(
 /// OpenAI Chat Completions through Herma.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy",
     description = "Send exactly what you would send to the Chat Completions API, with your Herma key as the API key. Herma answers directly or shims context (a system message before the latest user message) and forwards to the upstream named by `X-Upstream-Base-Url` or the operator's configuration. Streaming (SSE) is relayed as it arrives. The response carries `x-herma-receipt`.",
-    request_body(content = Object, description = "A Chat Completions request"),
+    request_body(content = Object, description = "A Chat Completions request",
+        example = json!({"model": "gpt-5-mini", "messages": [{"role": "user", "content": "/herma"}]})),
     responses((status = 200, description = "The completion, as JSON or an SSE stream"),
         (status = 401, description = "Invalid Herma key (OpenAI error shape)"),
         (status = 403, description = "Refused: contributor-tier model, upstream host not allowed, …")),
@@ -210,7 +211,8 @@ pub async fn chat_completions(
 /// OpenAI Responses through Herma.
 #[utoipa::path(post, path = "/v1/responses", tag = "proxy",
     description = "Send exactly what you would send to the Responses API (Codex does). A shim becomes a developer item before the latest user item. Streaming events are relayed as they arrive.",
-    request_body(content = Object, description = "A Responses request"),
+    request_body(content = Object, description = "A Responses request",
+        example = json!({"model": "gpt-5-codex", "input": [{"type": "message", "role": "user", "content": "/herma"}]})),
     responses((status = 200, description = "The response, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key")),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn responses(
@@ -234,7 +236,8 @@ pub async fn responses(
 /// Anthropic Messages through Herma.
 #[utoipa::path(post, path = "/v1/messages", tag = "proxy",
     description = "Send exactly what you would send to the Messages API (Claude Code does, including `?beta=true`). A shim is appended as the last `system` block, after any cache-marked blocks. Streaming events are relayed as they arrive.",
-    request_body(content = Object, description = "A Messages request"),
+    request_body(content = Object, description = "A Messages request",
+        example = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "/herma"}]})),
     responses((status = 200, description = "The message, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key (Anthropic error shape)")),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn messages(
@@ -257,7 +260,8 @@ pub async fn messages(
 
 /// Anthropic token counting, forwarded as it is.
 #[utoipa::path(post, path = "/v1/messages/count_tokens", tag = "proxy",
-    request_body(content = Object, description = "A count_tokens request"),
+    request_body(content = Object, description = "A count_tokens request",
+        example = json!({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "How many tokens is this?"}]})),
     responses((status = 200, description = "The upstream's answer")),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn count_tokens(

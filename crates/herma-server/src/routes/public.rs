@@ -12,6 +12,7 @@ use herma_core::json;
 use serde_json::Value;
 
 use crate::AppState;
+use crate::conn::Peer;
 use crate::error::ApiResult;
 use crate::extract::read_json;
 
@@ -28,8 +29,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PeerAddr {
         Ok(Self(
             parts
                 .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|ConnectInfo(addr)| *addr),
+                .get::<ConnectInfo<Peer>>()
+                .map(|ConnectInfo(Peer(addr))| *addr),
         ))
     }
 }
@@ -74,7 +75,8 @@ pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
 /// Evaluate a request against Herma's built-in starter rules only: matches, the exact shim or
 /// direct answer, `persisted: false`. No key, no upstream; limited per client address.
 #[utoipa::path(post, path = "/api/preview", tag = "public",
-    request_body = DryRunRequest,
+    request_body(content = DryRunRequest,
+        example = json!({"protocol": "chat_completions", "body": {"model": "gpt-5-mini", "messages": [{"role": "user", "content": "/herma"}]}})),
     responses((status = 200, body = DryRunReport), (status = 422, body = crate::openapi::ProblemBody),
         (status = 429, description = "Too many previews from this address", body = crate::openapi::ProblemBody)))]
 pub async fn preview(

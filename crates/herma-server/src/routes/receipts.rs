@@ -1,7 +1,7 @@
 //! `/v1/receipts/{id}`: a caller reads only its own receipts.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use herma_app::records::own_scope;
 use herma_core::Problem;
 use herma_core::gate::Requirement;
@@ -9,7 +9,7 @@ use herma_core::model::InjectionReceipt;
 
 use crate::AppState;
 use crate::error::ApiResult;
-use crate::extract::GateFacts;
+use crate::extract::{GateFacts, PathId};
 
 /// Read one of your receipts. Another caller's receipt is `not_found`, never `forbidden`.
 #[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts",
@@ -19,7 +19,7 @@ use crate::extract::GateFacts;
 pub async fn get_receipt(
     State(state): State<AppState>,
     facts: GateFacts,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> ApiResult<Json<InjectionReceipt>> {
     let principal = facts.admit(&state, Requirement::Read).await?;
     let scope = own_scope(&principal)?;

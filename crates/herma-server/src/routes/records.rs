@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use herma_app::records::{Managed, Partition};
 use herma_core::gate::Requirement;
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::{ScopeParam, ScopeQuery};
 use crate::AppState;
 use crate::error::ApiResult;
-use crate::extract::{GateFacts, StrictQuery, read_json};
+use crate::extract::{GateFacts, PathId, StrictQuery, read_json};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -142,7 +142,8 @@ pub async fn delete<D: Managed>(
 /// The five annotated handlers of one collection.
 macro_rules! collection_routes {
     ($module:ident, $spec:ty, $stored:ty, $base:literal, $item:literal, $tag:literal,
-     [$list:literal, $create:literal, $get:literal, $update:literal, $delete:literal $(,)?]) => {
+     [$list:literal, $create:literal, $get:literal, $update:literal, $delete:literal $(,)?],
+     create_example = $create_example:tt, update_example = $update_example:tt $(,)?) => {
         pub mod $module {
             use super::*;
 
@@ -158,7 +159,7 @@ macro_rules! collection_routes {
             #[utoipa::path(post, path = $base, tag = $tag,
                 summary = $create,
                 params(ScopeQuery, crate::openapi::HarnessHeader),
-                request_body = $spec,
+                request_body(content = $spec, example = json!($create_example)),
                 responses((status = 201, body = $stored), (status = 403, body = crate::openapi::ProblemBody),
                     (status = 409, description = "The id exists", body = crate::openapi::ProblemBody),
                     (status = 422, body = crate::openapi::ProblemBody)),
@@ -172,7 +173,7 @@ macro_rules! collection_routes {
                 params(("id" = String, Path, description = "The record id")),
                 responses((status = 200, body = $stored), (status = 404, body = crate::openapi::ProblemBody)),
                 security(("bearer" = []), ("api_key" = [])))]
-            pub async fn get(State(state): State<AppState>, facts: GateFacts, Path(id): Path<String>) -> ApiResult<Json<$stored>> {
+            pub async fn get(State(state): State<AppState>, facts: GateFacts, PathId(id): PathId) -> ApiResult<Json<$stored>> {
                 super::get::<$spec>(state, facts, id).await
             }
 
@@ -180,11 +181,12 @@ macro_rules! collection_routes {
                 summary = $update,
                 description = "The body is the whole record plus `expected_version`, the version you read. A stale version returns 409 `version_conflict` with `current_version` and writes nothing.",
                 params(("id" = String, Path, description = "The record id"), ScopeQuery, crate::openapi::HarnessHeader),
-                request_body(content = Object, description = "The record's fields plus `expected_version` (integer)"),
+                request_body(content = Object, description = "The record's fields plus `expected_version` (integer)",
+                    example = json!($update_example)),
                 responses((status = 200, body = $stored), (status = 409, body = crate::openapi::ProblemBody),
                     (status = 403, body = crate::openapi::ProblemBody), (status = 422, body = crate::openapi::ProblemBody)),
                 security(("bearer" = []), ("api_key" = [])))]
-            pub async fn update(State(state): State<AppState>, facts: GateFacts, StrictQuery(query): StrictQuery<ScopeQuery>, Path(id): Path<String>, headers: HeaderMap, body: Body) -> ApiResult<Json<$stored>> {
+            pub async fn update(State(state): State<AppState>, facts: GateFacts, StrictQuery(query): StrictQuery<ScopeQuery>, PathId(id): PathId, headers: HeaderMap, body: Body) -> ApiResult<Json<$stored>> {
                 super::update::<$spec>(state, facts, query, id, headers, body).await
             }
 
@@ -194,7 +196,7 @@ macro_rules! collection_routes {
                 responses((status = 204, description = "Deleted"), (status = 404, body = crate::openapi::ProblemBody),
                     (status = 409, body = crate::openapi::ProblemBody)),
                 security(("bearer" = []), ("api_key" = [])))]
-            pub async fn delete(State(state): State<AppState>, facts: GateFacts, StrictQuery(query): StrictQuery<DeleteQuery>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+            pub async fn delete(State(state): State<AppState>, facts: GateFacts, StrictQuery(query): StrictQuery<DeleteQuery>, PathId(id): PathId) -> ApiResult<StatusCode> {
                 super::delete::<$spec>(state, facts, query, id).await
             }
         }
@@ -214,7 +216,9 @@ collection_routes!(
         "Read one provision: yours, else the built-in of that id",
         "Replace a provision with compare-and-set on expected_version",
         "Delete a provision",
-    ]
+    ],
+    create_example = {"id": "deploy", "action": "shim_context", "triggers": {"keywords": ["deploy"]}, "context_refs": ["deploy.checklist"]},
+    update_example = {"expected_version": 1, "id": "deploy", "action": "shim_context", "triggers": {"keywords": ["deploy", "ship it"]}, "context_refs": ["deploy.checklist"]},
 );
 collection_routes!(
     context,
@@ -229,14 +233,18 @@ collection_routes!(
         "Read one context entry: yours, else the built-in of that id",
         "Replace a context entry with compare-and-set on expected_version",
         "Delete a context entry",
-    ]
+    ],
+    create_example = {"id": "deploy.checklist", "kind": "verb", "schema_or_body": "Run the migrations before the canary."},
+    update_example = {"expected_version": 1, "id": "deploy.checklist", "kind": "verb", "schema_or_body": "Run the migrations, then the canary, then the rollout."},
 );
 
 /// Pull context entries from a remote Herma-compatible endpoint (its `/v1/context`) into your
 /// own scope (H07). The remote's host must be in `HERMA_ALLOWED_UPSTREAM_HOSTS`; `max_chars` is
 /// clamped to `HERMA_HANDSHAKE_MAX_CHARS`, and every body cut to fit is listed in `cuts`.
 #[utoipa::path(post, path = "/v1/handshake", tag = "context",
-    request_body = herma_core::handshake::HandshakeRequest,
+    request_body(content = herma_core::handshake::HandshakeRequest,
+        description = "`remote` names another Herma (or any server of its `/v1/context` shape) and `remote_key` a key it accepts",
+        example = json!({"remote": "http://127.0.0.1:7731", "remote_key": "hmk_…", "ids": ["deploy.checklist"], "max_chars": 2000})),
     responses((status = 200, body = herma_app::handshake::HandshakeReport),
         (status = 403, description = "Needs the configure scope and X-Herma-Harness, or the remote host is not allowed", body = crate::openapi::ProblemBody),
         (status = 422, body = crate::openapi::ProblemBody),

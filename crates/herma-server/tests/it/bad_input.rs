@@ -235,3 +235,87 @@ fn arbitrary_bodies_never_cause_a_server_error_or_a_write() {
         .unwrap();
     rt.block_on(assert_nothing_written(&app, &key));
 }
+
+/// Sends raw bytes on a fresh connection and returns the status and the parsed body of the
+/// answer, asserting it is `application/problem+json` whose body parses strictly.
+async fn raw_exchange(app: &TestApp, request: Vec<u8>) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    // The server may answer (and close) before it has read everything: a failed write is fine.
+    let _ = tcp.write_all(&request).await;
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    let text = String::from_utf8(answer).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete answer");
+    let status: u16 = head[9..12].parse().unwrap();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/problem+json"),
+        "{head}"
+    );
+    (
+        status,
+        herma_core::json::parse_strict(body.as_bytes()).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn errors_before_any_route_are_problems_too() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route", None).await;
+
+    // A path id that does not percent-decode to UTF-8.
+    let got = req(Method::GET, "/v1/provisions/%FF")
+        .key(&key)
+        .send(&app)
+        .await;
+    assert_problem(&got, StatusCode::BAD_REQUEST, "invalid_path");
+
+    // A URI longer than hyper's limit, too many headers, a head larger than the buffer and a
+    // malformed request line: hyper answers these before any route runs.
+    let long_uri = format!(
+        "GET /v1/provisions?q={} HTTP/1.1\r\nhost: x\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let (status, problem) = raw_exchange(&app, long_uri.into_bytes()).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (414, Some("uri_too_long"))
+    );
+
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nhost: x\r\n");
+    for i in 0..200 {
+        many.push_str(&format!("x-h-{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let (status, problem) = raw_exchange(&app, many.into_bytes()).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (431, Some("headers_too_large"))
+    );
+
+    let huge = format!(
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "b".repeat(600_000)
+    );
+    let (status, problem) = raw_exchange(&app, huge.into_bytes()).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (431, Some("headers_too_large"))
+    );
+
+    let (status, problem) = raw_exchange(&app, b"G\x01T / HTTP/1.1\r\n\r\n".to_vec()).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("malformed_request"))
+    );
+    assert_eq!(problem["status"], 400);
+}
+
+#[tokio::test]
+async fn an_oversized_mcp_body_is_413_problem_json() {
+    let app = spawn_app(Backend::Memory, &[("HERMA_MAX_BODY_BYTES", "2048")]).await;
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x".repeat(4096)}});
+    let got = req(Method::POST, "/mcp").json(big).send(&app).await;
+    assert_problem(&got, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+}

@@ -83,3 +83,151 @@ async fn record_fields_are_documented_with_examples() {
             && codes.contains(&Value::from("builtin_protected"))
     );
 }
+
+/// Every JSON request body the document describes has an example, and a server with the default
+/// settings (plus an operator upstream for the one route that always forwards) accepts each one.
+/// The handshake's example names another Herma: the test points it at a second real server.
+#[tokio::test]
+async fn every_request_example_is_accepted_and_every_json_body_parses_strictly() {
+    let upstream = herma_test_support::mock_upstream::MockUpstream::start().await;
+    let upstream_url = upstream.url();
+    let token = "bootstrap-token-0123456789abcdef";
+    let app = spawn_app(
+        Backend::Sqlite,
+        &[
+            ("HERMA_ADMIN_TOKEN", token),
+            ("HERMA_UPSTREAM_BASE_URL", &upstream_url),
+        ],
+    )
+    .await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let doc = req(Method::GET, "/openapi.json").send(&app).await.2;
+
+    let mut examples = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let Some(content) = op["requestBody"]["content"].as_object() else {
+                continue;
+            };
+            let Some(media) = content.get("application/json") else {
+                continue;
+            };
+            let example = media
+                .get("example")
+                .cloned()
+                .unwrap_or_else(|| panic!("{method} {path}: the JSON request body has no example"));
+            examples.push((method.to_uppercase(), path.clone(), example));
+        }
+    }
+    // Creations before the updates and the handshake that need them.
+    const ORDER: [&str; 13] = [
+        "/v1/admin/keys",
+        "/v1/context",
+        "/v1/provisions",
+        "/v1/context/{id}",
+        "/v1/provisions/{id}",
+        "/v1/dry-run",
+        "/api/preview",
+        "/mcp",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/handshake",
+    ];
+    for (_, path, _) in &examples {
+        assert!(
+            ORDER.contains(&path.as_str()),
+            "{path} has a request example this test does not post yet"
+        );
+    }
+    examples.sort_by_key(|(_, path, _)| ORDER.iter().position(|p| p == path));
+
+    let remote = spawn_app(Backend::Memory, &[]).await;
+    let remote_key = remote.key("route,configure", Some("claude-code")).await;
+    for (method, path, mut example) in examples {
+        let concrete = match example["id"].as_str() {
+            Some(id) => path.replace("{id}", id),
+            None => path.clone(),
+        };
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        if path == "/v1/handshake" {
+            let entry = doc["paths"]["/v1/context"]["post"]["requestBody"]["content"]
+                ["application/json"]["example"]
+                .clone();
+            let made = req(Method::POST, "/v1/context")
+                .key(&remote_key)
+                .harness("claude-code")
+                .json(entry)
+                .send(&remote)
+                .await;
+            assert_eq!(made.0, StatusCode::CREATED, "{}", made.2);
+            example["remote"] = Value::String(remote.url(""));
+            example["remote_key"] = Value::String(remote_key.clone());
+        }
+        let credential = if path.starts_with("/v1/admin/") {
+            token
+        } else {
+            key.as_str()
+        };
+        let got = req(method.clone(), concrete)
+            .key(credential)
+            .harness("claude-code")
+            .json(example.clone())
+            .send(&app)
+            .await;
+        assert!(
+            got.0.is_success(),
+            "{method} {path} refused its own example {example}: {} {}",
+            got.0,
+            got.2
+        );
+    }
+
+    // With records, receipts, memory and outcomes in place, every documented read is fetched;
+    // `send` checks that each JSON body parses under Herma's strict reader.
+    app.app.receipts.flush().await;
+    if let Some(memory) = &app.app.memory {
+        memory.flush().await;
+    }
+    let receipt_id = {
+        let reply = app
+            .client
+            .post(app.url("/v1/chat/completions"))
+            .bearer_auth(&key)
+            .json(&serde_json::json!({"model": "gpt-5-mini", "messages": [{"role": "user", "content": "deploy src/main.rs"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(reply.status().is_success());
+        reply.headers()["x-herma-receipt"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    app.app.receipts.flush().await;
+    let mut reads = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if item.get("get").is_none() {
+            continue;
+        }
+        let concrete = path
+            .replace(
+                "{id}",
+                if path.contains("receipts") {
+                    &receipt_id
+                } else {
+                    "deploy"
+                },
+            )
+            .replace("{key_id}", "0000000000000000");
+        let got = req(Method::GET, concrete.clone())
+            .key(&key)
+            .harness("claude-code")
+            .send(&app)
+            .await;
+        assert!(got.0.as_u16() < 500, "GET {concrete}: {} {}", got.0, got.2);
+        reads += 1;
+    }
+    assert!(reads >= 10, "{reads} documented reads");
+}
