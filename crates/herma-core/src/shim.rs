@@ -1,7 +1,7 @@
 //! Rendering context entries into the bounded `[NOUN CONTEXT]`, `[VERB CONTEXT]` and
 //! `[DETAIL CONTEXT]` blocks a shim adds to a request (H09).
 
-use crate::model::{ContextEntry, ContextKind, ShimmedRef};
+use crate::model::{ContextEntry, ContextKind, MAX_URI_CHARS, ShimmedRef};
 
 /// Default size budget of one shim, in characters.
 pub const DEFAULT_SHIM_BUDGET: usize = 8000;
@@ -26,6 +26,18 @@ fn body_text(entry: &ContextEntry) -> String {
         serde_json::Value::String(text) => text.clone(),
         other => other.to_string(),
     }
+}
+
+/// The URI a shimmed entry is known by: its governed record's (`tessera://…`), else its own.
+/// Bounded like every URI Herma accepts; a longer one is not shown.
+fn entry_uri(entry: &ContextEntry) -> Option<&str> {
+    entry
+        .spec
+        .fabric_governance
+        .as_ref()
+        .and_then(|g| g.record_uri.as_deref())
+        .or(entry.spec.uri.as_deref())
+        .filter(|uri| !uri.is_empty() && uri.len() <= MAX_URI_CHARS && !uri.contains(['\n', '\r']))
 }
 
 fn heading(kind: ContextKind) -> &'static str {
@@ -64,11 +76,16 @@ pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
                 "## {title} ({}, v{})\n",
                 entry.spec.id, entry.version
             ));
+            let governance = entry.spec.fabric_governance.as_ref();
+            if let Some(uri) = entry_uri(entry) {
+                head.push_str("URI: ");
+                head.push_str(uri);
+                head.push('\n');
+            }
             let body = body_text(entry);
             let body_chars = body.chars().count();
             let head_chars = head.chars().count();
             let left = budget.saturating_sub(used);
-            let governance = entry.spec.fabric_governance.as_ref();
             let mut record = ShimmedRef {
                 id: entry.spec.id.clone(),
                 version: entry.version,
@@ -174,6 +191,33 @@ mod tests {
         );
         assert!(shim.refs.iter().all(|r| !r.truncated));
         assert!(shim.refs[0].builtin);
+    }
+
+    #[test]
+    fn each_entry_block_names_its_uri_governed_first() {
+        let mut own = entry("svc", ContextKind::Noun, "The billing service.");
+        own.spec.uri = Some("https://wiki.example.com/billing".into());
+        let mut governed = entry("deploy", ContextKind::Verb, "Run migrations first.");
+        governed.spec.uri = Some("https://ignored.example.com".into());
+        let mut governance = crate::governance::FabricGovernance::herma_starter();
+        governance.record_uri = Some("tessera://records/verbs/deploy".into());
+        governed.spec.fabric_governance = Some(governance);
+        let plain = entry("d", ContextKind::Detail, "Port 8080.");
+        let entries = [&own, &governed, &plain].map(|entry| ShimEntry {
+            entry,
+            builtin: false,
+        });
+        let shim = render(&entries, 10_000);
+        assert_eq!(
+            shim.text,
+            "[NOUN CONTEXT]\n## svc (svc, v2)\nURI: https://wiki.example.com/billing\nThe billing service.\n\n\
+             [VERB CONTEXT]\n## deploy (deploy, v2)\nURI: tessera://records/verbs/deploy\nRun migrations first.\n\n\
+             [DETAIL CONTEXT]\n## d (d, v2)\nPort 8080."
+        );
+        // The URI counts against the budget like the rest of the block.
+        let tight = render(&entries[..1], 60);
+        assert!(tight.text.chars().count() <= 60, "{}", tight.text);
+        assert!(tight.refs[0].truncated);
     }
 
     #[test]

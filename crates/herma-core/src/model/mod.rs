@@ -8,7 +8,7 @@ mod outcome;
 pub(crate) mod provision;
 mod receipt;
 
-pub use context::{ContextEntry, ContextEntrySpec, ContextKind, MAX_BODY_CHARS};
+pub use context::{ContextEntry, ContextEntrySpec, ContextKind, MAX_BODY_CHARS, MAX_URI_CHARS};
 pub use entity::{EntityKind, WorkingEntity};
 pub use harness_key::HarnessKey;
 pub use outcome::{OutcomeKind, RuleOutcomeRecord};

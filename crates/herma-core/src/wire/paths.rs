@@ -138,13 +138,22 @@ pub fn add_text_paths(paths: &mut Vec<String>, text: &str) {
             return;
         }
         let token = token.trim_end_matches(['.', '-']).trim_start_matches(['-']);
-        if token.len() < 3 {
+        if token.len() < 3 || is_slash_command(token) {
             continue;
         }
         if looks_like_path(token) {
             push(paths, token);
         }
     }
+}
+
+/// A harness slash command in prose (`/herma`, `/review`, `/compact`): one segment after a
+/// leading slash, no extension. Not a file path; real absolute paths in prose have at least two
+/// segments (`/etc/hosts`) or an extension (`/notes.md`).
+fn is_slash_command(token: &str) -> bool {
+    token
+        .strip_prefix('/')
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(['/', '.']))
 }
 
 fn looks_like_path(token: &str) -> bool {
@@ -236,6 +245,16 @@ mod tests {
                 "old.txt",
                 "new.txt"
             ]
+        );
+    }
+
+    #[test]
+    fn slash_commands_are_not_paths() {
+        assert!(text_paths("/herma").is_empty());
+        assert!(text_paths("/review the change, then /compact").is_empty());
+        assert_eq!(
+            text_paths("/herma where is /etc/hosts and /notes.md"),
+            ["/etc/hosts", "/notes.md"]
         );
     }
 

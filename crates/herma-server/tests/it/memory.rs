@@ -232,3 +232,31 @@ async fn h13_deterministic_entity_memory_retry_outcomes_and_candidate_insights_o
 async fn h13_deterministic_entity_memory_retry_outcomes_and_candidate_insights_on_postgres() {
     h13(Backend::Postgres).await;
 }
+
+#[tokio::test]
+async fn slash_commands_are_not_remembered_as_file_paths() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let response = app
+        .client
+        .post(app.url("/v1/messages"))
+        .header("x-api-key", &key)
+        .header("X-Upstream-Base-Url", mock.url())
+        .json(&json!({"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "/review the change in src/main.rs"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.bytes().await.unwrap();
+    app.app.memory.as_ref().unwrap().flush().await;
+    let memory = req(Method::GET, "/v1/memory").key(&key).send(&app).await.2;
+    let paths: Vec<&str> = memory["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "file_path")
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["src/main.rs"]);
+}

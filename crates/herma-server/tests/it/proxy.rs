@@ -1025,3 +1025,34 @@ async fn herma_keys_are_refused_as_upstream_keys_and_upstream_herma_headers_are_
     );
     assert!(receipts[0].starts_with("rcpt_"));
 }
+
+#[tokio::test]
+async fn shimmed_entries_name_their_uri_in_the_proxy_and_in_dry_runs() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    configure(&app, &key, "/v1/context", json!({"id": "billing", "kind": "noun", "uri": "https://wiki.example.com/billing", "schema_or_body": "The billing service owns invoices."})).await;
+    configure(&app, &key, "/v1/provisions", json!({"id": "billing", "action": "shim_context", "triggers": {"keywords": ["invoice"]}, "context_refs": ["billing"]})).await;
+    let expected = "[NOUN CONTEXT]\n## billing (billing, v1)\nURI: https://wiki.example.com/billing\nThe billing service owns invoices.";
+
+    let report = crate::dry_run(&app, &key, "where is the invoice code").await;
+    assert_eq!(report["shim"]["text"], expected, "{report:#}");
+
+    let sent = body(
+        "/v1/chat/completions",
+        "m-1",
+        "where is the invoice code",
+        false,
+    );
+    let response = send(&app, &mock, &key, "/v1/chat/completions", sent, &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let upstream = mock.requests()[0].json();
+    let system = upstream["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "system")
+        .cloned()
+        .unwrap();
+    assert_eq!(system["content"], expected);
+}
