@@ -14,8 +14,9 @@ use herma_core::{CallerScope, Problem, ProblemCode};
 use serde::{Deserialize, Serialize};
 
 use crate::App;
-use crate::tiers::{Mode, evaluate};
+use crate::tiers::evaluate;
 use crate::transfer::Format;
+use herma_core::evaluation::Mode;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::App;
 use crate::proxy::{Claims, PlannedAction};
-use crate::tiers::Evaluation;
+use herma_core::evaluation::Evaluation;
 
 /// A request to evaluate.
 #[derive(Clone, Debug, Deserialize, utoipa::ToSchema)]
@@ -187,7 +187,7 @@ impl App {
         }
         let snapshot = self
             .rules
-            .snapshot(scope, crate::tiers::Mode::Offline)
+            .snapshot(scope, herma_core::evaluation::Mode::Offline)
             .await?;
         let plan = self
             .plan(scope, &snapshot, &envelope, Claims::DryRun, true)

@@ -232,7 +232,7 @@ impl Metrics {
     }
 
     /// One request's tier-2 embedding time and tier-3 outcomes.
-    pub fn record_tiers(&self, evaluation: &crate::tiers::Evaluation) {
+    pub fn record_tiers(&self, evaluation: &herma_core::evaluation::Evaluation) {
         if evaluation.embedding_model.is_some() {
             self.embeds.observe(evaluation.embed_micros);
         }

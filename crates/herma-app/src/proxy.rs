@@ -30,7 +30,7 @@ use crate::App;
 use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
 use crate::receipts::ReceiptWriter;
 use crate::rule_cache::RuleSnapshot;
-use crate::tiers::{Evaluation, Mode};
+use herma_core::evaluation::{Evaluation, Mode};
 
 /// Names the project a request belongs to (entity memory is kept per project).
 pub const PROJECT_HEADER: &str = "x-herma-project";

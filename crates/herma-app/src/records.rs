@@ -312,7 +312,11 @@ impl App {
         if self.tiers.embedder.is_none() || !written.iter().any(Managed::needs_vectors) {
             return;
         }
-        if let Err(p) = self.rules.snapshot(scope, crate::tiers::Mode::Online).await {
+        if let Err(p) = self
+            .rules
+            .snapshot(scope, herma_core::evaluation::Mode::Online)
+            .await
+        {
             tracing::warn!(detail = %p.detail, "preparing example vectors failed");
         }
     }

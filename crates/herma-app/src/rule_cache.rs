@@ -20,7 +20,8 @@ use herma_core::semantic::Embedder;
 
 use crate::clock::Clock;
 use crate::error::internal;
-use crate::tiers::{Mode, SemanticRules, semantic_rules};
+use crate::tiers::{SemanticRules, semantic_rules};
+use herma_core::evaluation::Mode;
 
 /// Snapshots beyond this are dropped wholesale and rebuilt on demand.
 const MAX_CACHED_SCOPES: usize = 10_000;

@@ -10,8 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herma_core::contributor::is_contributor_model;
 use herma_core::engine::{self, Needs};
+use herma_core::evaluation::{
+    Evaluation, MicromodelView, Mode, NO_EMBEDDER, OFFLINE_EMBEDDER, SemanticView, may_embed,
+    precheck, semantic_blocked,
+};
 use herma_core::micromodel::{Classifier, ClassifierError, Outcome, classify};
 use herma_core::model::Tier;
 use herma_core::rules::{RuleMatch, RuleSet};
@@ -22,22 +25,7 @@ use herma_core::{CallerScope, Timestamp};
 use herma_embed::{LocalEmbedder, Options};
 use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_store::{Store, StoredVectors};
-use serde::Serialize;
 
-/// Whether an evaluation may call remote models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The proxy: every configured tier runs.
-    Online,
-    /// Dry run, preview, `rules eval`: no classifier, no remote embedder.
-    Offline,
-}
-
-pub const OFFLINE_CLASSIFIER: &str = "offline evaluation never calls the classifier";
-pub const OFFLINE_EMBEDDER: &str = "offline evaluation never calls the remote embedding model";
-pub const NO_EMBEDDER: &str = "no embedding model is configured (HERMA_EMBED_MODEL_DIR)";
-pub const NO_CLASSIFIER: &str = "no classifier is configured (HERMA_MICROMODEL_URL)";
-pub const NO_TEXT: &str = "the request has no user text to compare";
 /// Classifier calls one request makes at once.
 pub const MAX_PARALLEL_CLASSIFIER_CALLS: usize = 4;
 
@@ -210,7 +198,7 @@ pub async fn semantic_rules(
         .copied()
         .filter(|r| !vectors.contains_key(r))
         .collect();
-    if !todo.is_empty() && identity.remote && mode == Mode::Offline {
+    if !todo.is_empty() && !may_embed(&identity, mode) {
         out.complete = false;
         out.missing
             .extend(todo.iter().map(|&r| (r, OFFLINE_EMBEDDER.to_owned())));
@@ -283,61 +271,6 @@ pub async fn semantic_rules(
     out
 }
 
-/// One rule's semantic score, for dry runs.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct SemanticView {
-    pub provision_id: String,
-    /// Best cosine similarity with an example.
-    pub score: f32,
-    /// That example.
-    pub example: String,
-    /// Best similarity with a negative, and that negative, when the rule has negatives.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub negative_score: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub negative: Option<String>,
-    pub threshold: f32,
-    pub margin: f32,
-    pub matched: bool,
-}
-
-/// What the classifier said about one rule, for dry runs.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct MicromodelView {
-    pub provision_id: String,
-    /// `apply=true confidence=0.910`, `malformed reply: …`, `failed: …`, `skipped: …`.
-    pub outcome: String,
-    /// `decided`, `malformed`, `failed`, `refused` or `skipped`.
-    pub result: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<f64>,
-    pub activated: bool,
-}
-
-/// A rule a tier did not evaluate.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct SkippedView {
-    pub provision_id: String,
-    #[schema(value_type = String, example = "semantic")]
-    pub tier: Tier,
-    pub reason: String,
-}
-
-/// How tiers 2 and 3 went for one request.
-#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
-pub struct Evaluation {
-    /// The embedding model tier 2 used.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub embedding_model: Option<String>,
-    pub semantic: Vec<SemanticView>,
-    pub micromodel: Vec<MicromodelView>,
-    pub skipped: Vec<SkippedView>,
-    /// Microseconds spent embedding the request (0 when tier 2 did not run).
-    pub embed_micros: u64,
-    /// Classifier calls made.
-    pub classifier_calls: u32,
-}
-
 /// Evaluates all three tiers for `envelope`: tier 1, then tier 2 for the rules it can still
 /// change, then the classifier for the rest (H06).
 pub async fn evaluate(
@@ -353,40 +286,23 @@ pub async fn evaluate(
     }
     let hits = rules.tier1(envelope);
     let mut report = Evaluation::default();
-    let id = |r: usize| rules.rule(r).provision.spec.id.clone();
-    let skip = |report: &mut Evaluation, r: usize, tier: Tier, reason: &str| {
-        report.skipped.push(SkippedView {
-            provision_id: id(r),
-            tier,
-            reason: reason.to_owned(),
-        });
-    };
     let Needs {
         rules: wanted,
         skipped,
     } = engine::semantic_needs(rules, &hits);
     for (r, why) in &skipped {
-        skip(&mut report, *r, Tier::Semantic, why);
+        report.skip(rules, *r, Tier::Semantic, why);
     }
     let mut scores: Vec<SemanticScore> = Vec::new();
     if !wanted.is_empty() {
         let text = envelope.user_text.trim();
         let no_vectors = |r: usize| semantic.missing.iter().find(|(m, _)| *m == r);
-        let blocked = match &tiers.embedder {
-            None => Some(NO_EMBEDDER),
-            Some(e) if e.identity().remote && mode == Mode::Offline => Some(OFFLINE_EMBEDDER),
-            Some(_) if text.is_empty() => Some(NO_TEXT),
-            Some(_) => None,
-        };
-        let (embedder, reason) = match (&tiers.embedder, blocked) {
-            (Some(e), None) => (Some(e), None),
-            (_, reason) => (None, reason),
-        };
-        if let Some(reason) = reason {
+        let blocked = semantic_blocked(tiers.embedder.as_ref().map(|e| e.identity()), mode, text);
+        if let Some(reason) = blocked {
             for &r in &wanted {
-                skip(&mut report, r, Tier::Semantic, reason);
+                report.skip(rules, r, Tier::Semantic, reason);
             }
-        } else if let Some(embedder) = embedder {
+        } else if let Some(embedder) = &tiers.embedder {
             report.embedding_model = Some(embedder.identity().id.clone());
             let started = Instant::now();
             let vector = embedder.embed(&[text.to_owned()]).await;
@@ -398,14 +314,14 @@ pub async fn evaluate(
                         .score(&query, |r| wanted.binary_search(&r).is_ok());
                     for &r in &wanted {
                         if let Some((_, why)) = no_vectors(r) {
-                            skip(&mut report, r, Tier::Semantic, why);
+                            report.skip(rules, r, Tier::Semantic, why);
                         }
                     }
                 }
                 Ok(None) => {
                     for &r in &wanted {
-                        skip(
-                            &mut report,
+                        report.skip(
+                            rules,
                             r,
                             Tier::Semantic,
                             "the embedding model returned nothing",
@@ -416,44 +332,22 @@ pub async fn evaluate(
                     tracing::warn!(error = %e, "embedding the request failed");
                     let why = e.to_string();
                     for &r in &wanted {
-                        skip(&mut report, r, Tier::Semantic, &why);
+                        report.skip(rules, r, Tier::Semantic, &why);
                     }
                 }
             }
         }
     }
-    for s in &scores {
-        let trigger = rules.rule(s.rule).provision.spec.triggers.semantic.as_ref();
-        let text = |i: usize, negatives: bool| {
-            trigger
-                .and_then(|t| {
-                    if negatives {
-                        t.negatives.get(i)
-                    } else {
-                        t.examples.get(i)
-                    }
-                })
-                .cloned()
-                .unwrap_or_default()
-        };
-        report.semantic.push(SemanticView {
-            provision_id: id(s.rule),
-            score: s.score,
-            example: text(s.example, false),
-            negative_score: s.negative.map(|(_, n)| n),
-            negative: s.negative.map(|(i, _)| text(i, true)),
-            threshold: s.threshold,
-            margin: s.margin,
-            matched: s.matched,
-        });
-    }
+    report
+        .semantic
+        .extend(scores.iter().map(|s| SemanticView::of(rules, s)));
 
     let Needs {
         rules: asked,
         skipped,
     } = engine::micromodel_needs(rules, &hits, &scores);
     for (r, why) in &skipped {
-        skip(&mut report, *r, Tier::Micromodel, why);
+        report.skip(rules, *r, Tier::Micromodel, why);
     }
     let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
     let mut calls = Vec::new();
@@ -462,16 +356,7 @@ pub async fn evaluate(
         let Some(trigger) = &spec.triggers.micromodel else {
             continue;
         };
-        let refused = trigger.model.as_deref().filter(|m| is_contributor_model(m));
-        let outcome = match (refused, mode, &tiers.classifier) {
-            (Some(model), ..) => Some(Outcome::Refused(format!(
-                "model `{model}` is contributor tier"
-            ))),
-            (None, Mode::Offline, _) => Some(Outcome::Skipped(OFFLINE_CLASSIFIER.into())),
-            (None, Mode::Online, None) => Some(Outcome::Skipped(NO_CLASSIFIER.into())),
-            (None, Mode::Online, Some(_)) => None,
-        };
-        match outcome {
+        match precheck(trigger, mode, tiers.classifier.is_some()) {
             Some(o) => outcomes.push((r, o)),
             None => calls.push((r, trigger)),
         }
@@ -509,22 +394,13 @@ pub async fn evaluate(
     }
     outcomes.sort_by_key(|(r, _)| *r);
     for (r, outcome) in &outcomes {
-        let spec = &rules.rule(*r).provision.spec;
-        let activated = spec
-            .triggers
-            .micromodel
-            .as_ref()
-            .is_some_and(|t| outcome.activates(t, spec.action));
         if let Outcome::Failed(e) = outcome {
-            tracing::warn!(provision = %spec.id, error = %e, "classifier call failed");
+            let id = &rules.rule(*r).provision.spec.id;
+            tracing::warn!(provision = %id, error = %e, "classifier call failed");
         }
-        report.micromodel.push(MicromodelView {
-            provision_id: id(*r),
-            outcome: outcome.label(),
-            result: outcome.kind(),
-            confidence: outcome.confidence(),
-            activated,
-        });
+        report
+            .micromodel
+            .push(MicromodelView::of(rules, *r, outcome));
     }
     let matches = engine::resolve(rules, &hits, &scores, &outcomes);
     (matches, report)

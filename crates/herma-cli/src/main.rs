@@ -205,7 +205,7 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
         let builtin = herma_core::CallerScope::system_builtin();
         if let Err(p) = app
             .rules
-            .snapshot(&builtin, herma_app::tiers::Mode::Online)
+            .snapshot(&builtin, herma_core::evaluation::Mode::Online)
             .await
         {
             tracing::warn!(detail = %p.detail, "preparing the built-in rules failed");

@@ -11,6 +11,7 @@
 pub mod caller;
 pub mod contributor;
 pub mod engine;
+pub mod evaluation;
 pub mod gate;
 pub mod governance;
 pub mod handshake;

@@ -96,7 +96,8 @@ impl Server {
             .status()
             .expect("kill");
         let status = self.child.wait().expect("wait");
-        (status, self.logs.try_iter().collect())
+        // Every line the process wrote: the reader thread ends at the closed pipe.
+        (status, self.logs.iter().collect())
     }
 }
 

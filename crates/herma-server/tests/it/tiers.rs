@@ -454,7 +454,7 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
         .map(|s| s["reason"].as_str().unwrap())
         .collect();
     assert!(
-        reasons.contains(&herma_app::tiers::OFFLINE_EMBEDDER),
+        reasons.contains(&herma_core::evaluation::OFFLINE_EMBEDDER),
         "{reasons:?}"
     );
     let outcomes: Vec<&str> = report["evaluation"]["micromodel"]
@@ -466,7 +466,7 @@ async fn h16_preview_and_dry_run_never_call_configured_trigger_providers() {
     assert!(
         outcomes
             .iter()
-            .all(|o| o.contains(herma_app::tiers::OFFLINE_CLASSIFIER)),
+            .all(|o| o.contains(herma_core::evaluation::OFFLINE_CLASSIFIER)),
         "{outcomes:?}"
     );
     let preview = app
