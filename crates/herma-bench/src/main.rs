@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use herma_test_support::mock_upstream::MockUpstream;
+use herma_mocks::mock_upstream::MockUpstream;
 use serde_json::{Value, json};
 
 type Result<T> = std::result::Result<T, String>;

@@ -17,9 +17,7 @@ use herma_store::{MemoryStore, Store};
 use herma_store_sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
-pub mod mock_models;
-pub mod mock_tessera;
-pub mod mock_upstream;
+pub use herma_mocks::{mock_models, mock_tessera, mock_upstream};
 
 /// The embedding model directory the test command provides (`HERMA_EMBED_MODEL_DIR`).
 #[allow(clippy::disallowed_methods)] // the test command's environment, not a Herma setting
