@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use crate::secret::Secret;
 use crate::upstream::{Provider, UpstreamSettings, parse_base};
 
 /// Default listen address: loopback only.
@@ -282,26 +283,6 @@ pub const KNOWN_SETTINGS: &[SettingInfo] = &[
         description: "`text` or `json`.",
     },
 ];
-
-/// A secret value: shown as `[redacted]`, compared in constant time by its users.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
 
 /// Where records live.
 #[derive(Clone, Debug, PartialEq, Eq)]
