@@ -12,7 +12,7 @@ use herma_core::gate::{
     self, GateRequest, KeyPrincipal, PresentedCredential, Principal, Requirement,
 };
 use herma_core::key::{KeyDigest, KeyId, PresentedKey};
-use herma_core::settings::Secret;
+use herma_core::secret::Secret;
 use herma_core::{Problem, ProblemCode, Timestamp};
 use herma_store::Store;
 

@@ -1,36 +1,36 @@
-//! `herma config check`.
+//! `herma config check|docs`.
 
 use clap::Subcommand;
-use herma_core::settings::{Settings, report, unknown_settings};
+use herma_core::settings::{Settings, docs, report, unknown_settings};
 
+use crate::output::{self, columns};
 use crate::{Failure, environment};
 
 #[derive(Subcommand)]
 pub enum ConfigCommand {
     /// Show the effective configuration (secrets redacted) and name every invalid setting.
     Check,
+    /// Print the README's configuration tables (Markdown), generated from the settings table.
+    Docs,
 }
 
 pub fn run(command: ConfigCommand) -> Result<(), Failure> {
     match command {
         ConfigCommand::Check => {
             let env = environment();
-            for line in report(&env) {
-                println!(
-                    "{:<24} {}{}",
-                    line.name,
-                    line.shown,
-                    if line.from_default { "  (default)" } else { "" }
-                );
-            }
+            let rows: Vec<Vec<String>> = report(&env)
+                .into_iter()
+                .map(|line| {
+                    let marker = if line.from_default { "  (default)" } else { "" };
+                    vec![line.name, format!("{}{marker}", line.shown)]
+                })
+                .collect();
+            output::write(columns(&rows).as_bytes())?;
             for name in unknown_settings(&env) {
-                println!("warning: {name} is not a Herma setting (a typo?)");
+                outln!("warning: {name} is not a Herma setting (a typo?)")?;
             }
             match Settings::from_map(&env) {
-                Ok(_) => {
-                    println!("configuration is valid");
-                    Ok(())
-                }
+                Ok(_) => outln!("configuration is valid"),
                 Err(errors) => {
                     let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
                     Err(Failure::usage(format!(
@@ -40,5 +40,6 @@ pub fn run(command: ConfigCommand) -> Result<(), Failure> {
                 }
             }
         }
+        ConfigCommand::Docs => output::write(docs::markdown().as_bytes()),
     }
 }

@@ -4,7 +4,8 @@ use clap::Subcommand;
 use herma_app::keys::NewKey;
 use herma_core::key::{Scope, Scopes};
 
-use crate::{DatabaseArg, Failure, open_app, settings};
+use crate::output::{self, columns};
+use crate::{DatabaseArg, Failure, open_app};
 
 #[derive(Subcommand)]
 pub enum KeysCommand {
@@ -62,7 +63,7 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
             if admin {
                 scopes = Scopes::new(scopes.iter().chain([Scope::Admin]));
             }
-            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let app = open_app(db.settings()?).await?;
             let issued = app
                 .issue_key(NewKey {
                     scopes,
@@ -72,12 +73,12 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
                 })
                 .await?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string(&issued).map_err(|e| Failure::runtime(e.to_string()))?
-                );
+                )?;
             } else {
-                println!(
+                outln!(
                     "Created key {} (caller scope {}, scopes {}{}).\n\n  {}\n\nThis is the only time the key is shown: Herma keeps only its SHA-256 digest.\nSend it as `Authorization: Bearer <key>` or `x-api-key`{}.",
                     issued.key_id,
                     issued.caller_scope,
@@ -93,50 +94,48 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
                         .as_deref()
                         .map(|h| format!("; configure requests also need `X-Herma-Harness: {h}`"))
                         .unwrap_or_default(),
-                );
+                )?;
             }
             Ok(())
         }
         KeysCommand::List { json, db } => {
-            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let app = open_app(db.settings()?).await?;
             let keys = app.list_keys().await?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&keys)
                         .map_err(|e| Failure::runtime(e.to_string()))?
-                );
+                )?;
                 return Ok(());
             }
             if keys.is_empty() {
-                println!(
+                outln!(
                     "no keys yet: herma keys create --scope route,configure --harness claude-code"
-                );
+                )?;
+                return Ok(());
             }
-            for k in keys {
-                println!(
-                    "{}  {:<24} {:<12} {:<10} {}{}",
-                    k.key_id,
+            let header = ["KEY ID", "SCOPES", "HARNESS", "STATUS", "CREATED", "LABEL"];
+            let mut rows = vec![header.map(str::to_owned).to_vec()];
+            rows.extend(keys.iter().map(|k| {
+                vec![
+                    k.key_id.to_string(),
                     k.scopes.to_list(),
-                    k.harness.as_deref().unwrap_or("-"),
-                    if k.is_revoked() { "revoked" } else { "active" },
-                    k.created_at,
-                    if k.label.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  {}", k.label)
-                    },
-                );
-            }
-            Ok(())
+                    k.harness.clone().unwrap_or_else(|| "-".to_owned()),
+                    if k.is_revoked() { "revoked" } else { "active" }.to_owned(),
+                    k.created_at.to_string(),
+                    k.label.clone(),
+                ]
+            }));
+            output::write(columns(&rows).as_bytes())
         }
         KeysCommand::Revoke { key_id, db } => {
-            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let app = open_app(db.settings()?).await?;
             let key = app.revoke_key(&key_id).await?;
-            println!(
+            outln!(
                 "revoked {} (running servers refuse it within one second)",
                 key.key_id
-            );
+            )?;
             Ok(())
         }
     }

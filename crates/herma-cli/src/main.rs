@@ -1,8 +1,14 @@
 //! `herma`: run the server and manage its database.
 //!
 //! Every command reads the `HERMA_*` settings from the environment (flags override them),
-//! validates them all at once and names each invalid one.
+//! validates them all at once and names each invalid one. Output goes through [`output`], so a
+//! reader that closes early never makes a command panic.
 
+// `print!` and friends panic on a closed pipe: `output` writes instead.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod output;
 mod config;
 mod keys;
 mod models;
@@ -17,6 +23,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use herma_app::App;
+use herma_core::settings::table::{BIND, DATABASE_URL};
 use herma_core::settings::{LogFormat, Settings};
 
 #[derive(Parser)]
@@ -36,6 +43,13 @@ struct DatabaseArg {
     /// `sqlite://PATH` or `postgres://…` (default: HERMA_DATABASE_URL, else sqlite://herma.db).
     #[arg(long, value_name = "URL")]
     database: Option<String>,
+}
+
+impl DatabaseArg {
+    /// Settings from the environment with `--database` applied.
+    fn settings(&self) -> Result<Settings, Failure> {
+        settings(&[(DATABASE_URL.name, self.database.as_ref())])
+    }
 }
 
 #[derive(Subcommand)]
@@ -218,14 +232,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Serve { bind, db } => {
             let settings = settings(&[
-                ("HERMA_BIND", bind.as_ref()),
-                ("HERMA_DATABASE_URL", db.database.as_ref()),
+                (BIND.name, bind.as_ref()),
+                (DATABASE_URL.name, db.database.as_ref()),
             ])?;
             init_logging(&settings);
             serve::run(settings).await
         }
         Command::Migrate { db } => {
-            let settings = settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?;
+            let settings = db.settings()?;
             let shown = settings.database.redacted();
             let store = herma_app::storage::connect(&settings.database)
                 .await
@@ -235,10 +249,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .await
                 .map_err(|e| Failure::runtime(format!("migrating {shown} failed: {e}")))?;
             if applied.is_empty() {
-                println!("{shown} is up to date");
+                outln!("{shown} is up to date")?;
             }
             for m in applied {
-                println!("applied migration {} ({}) to {shown}", m.version, m.name);
+                outln!("applied migration {} ({}) to {shown}", m.version, m.name)?;
             }
             Ok(())
         }
@@ -264,14 +278,14 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            output::note(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {}", failure.message);
+            output::note(&format!("error: {}", failure.message));
             if failure.usage {
                 ExitCode::from(2)
             } else {

@@ -23,9 +23,9 @@ pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
     let mut usable = true;
     match (&settings.tiers.embed, &tiers.embedder) {
         (None, _) => {
-            println!(
+            outln!(
                 "embedding model: not configured — semantic rules never fire (set HERMA_EMBED_MODEL_DIR to an all-MiniLM-L6-v2 directory, or HERMA_EMBED_URL)"
-            );
+            )?;
             usable = false;
         }
         (Some(source), None) => {
@@ -33,43 +33,43 @@ pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
                 EmbedSource::Local { dir } => dir.clone(),
                 EmbedSource::Remote(remote) => remote.base.clone(),
             };
-            println!("embedding model: NOT USABLE ({which})");
+            outln!("embedding model: NOT USABLE ({which})")?;
             usable = false;
         }
         (Some(_), Some(embedder)) => {
             let identity = embedder.identity();
-            println!("embedding model: ok");
-            println!("  identity     {}", identity.id);
-            println!("  dimensions   {}", identity.dimensions);
+            outln!("embedding model: ok")?;
+            outln!("  identity     {}", identity.id)?;
+            outln!("  dimensions   {}", identity.dimensions)?;
             if let Some(local) = &tiers.local {
                 let report = local.report();
-                println!("  directory    {}", report.dir.display());
-                println!("  layers       {}", report.layers);
-                println!("  parameters   {}", report.parameters);
-                println!("  window       {} tokens", report.window_tokens);
-                println!("  load time    {} ms", report.load_time.as_millis());
+                outln!("  directory    {}", report.dir.display())?;
+                outln!("  layers       {}", report.layers)?;
+                outln!("  parameters   {}", report.parameters)?;
+                outln!("  window       {} tokens", report.window_tokens)?;
+                outln!("  load time    {} ms", report.load_time.as_millis())?;
             }
             let probe = "deploy the service to production".to_owned();
             let started = std::time::Instant::now();
             match embedder.embed(std::slice::from_ref(&probe)).await {
-                Ok(v) => println!(
+                Ok(v) => outln!(
                     "  probe        {} values in {:.1} ms",
                     v.first().map_or(0, Vec::len),
                     started.elapsed().as_secs_f64() * 1000.0
-                ),
+                )?,
                 Err(e) => {
-                    println!("  probe        FAILED: {e}");
+                    outln!("  probe        FAILED: {e}")?;
                     usable = false;
                 }
             }
         }
     }
     match (&settings.tiers.micromodel, &tiers.classifier) {
-        (None, _) => println!(
+        (None, _) => outln!(
             "classifier: not configured — micromodel rules never fire (set HERMA_MICROMODEL_URL and HERMA_MICROMODEL_MODEL)"
-        ),
+        )?,
         (Some(remote), None) => {
-            println!("classifier: NOT USABLE ({})", remote.base);
+            outln!("classifier: NOT USABLE ({})", remote.base)?;
             usable = false;
         }
         (Some(remote), Some(classifier)) => {
@@ -87,25 +87,25 @@ pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
             .await;
             match outcome {
                 Outcome::Decided(_) => {
-                    println!("classifier: ok");
-                    println!("  endpoint     {}", remote.base);
-                    println!("  model        {}", remote.model);
-                    println!("  probe        {}", outcome.label());
+                    outln!("classifier: ok")?;
+                    outln!("  endpoint     {}", remote.base)?;
+                    outln!("  model        {}", remote.model)?;
+                    outln!("  probe        {}", outcome.label())?;
                 }
                 other => {
-                    println!(
+                    outln!(
                         "classifier: NOT USABLE ({} {}): {}",
                         remote.base,
                         remote.model,
                         other.label()
-                    );
+                    )?;
                     usable = false;
                 }
             }
         }
     }
     for problem in &tiers.problems {
-        println!("problem: {problem}");
+        outln!("problem: {problem}")?;
     }
     if usable {
         Ok(())

@@ -8,7 +8,7 @@ use herma_app::transfer::{Format, parse_records, write_records};
 use herma_core::CallerScope;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{DatabaseArg, Failure, open_app, settings};
+use crate::{DatabaseArg, Failure, open_app, output};
 
 #[derive(Subcommand)]
 pub enum TransferCommand {
@@ -107,18 +107,18 @@ pub async fn run<D: Managed>(command: TransferCommand, plural: &str) -> Result<(
             })
             .inspect_err(|_| bar.abandon())?;
             bar.finish_and_clear();
-            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let app = open_app(db.settings()?).await?;
             let spinner = progress(records.len() as u64, "writing");
             spinner.set_position(0);
             let summary = app.import_records(&scope, &records).await?;
             spinner.finish_and_clear();
-            println!(
+            outln!(
                 "imported {} {plural} into {scope}: {} created, {} updated, {} unchanged",
                 records.len(),
                 summary.created,
                 summary.updated,
                 summary.unchanged
-            );
+            )?;
             Ok(())
         }
         TransferCommand::Export {
@@ -130,7 +130,7 @@ pub async fn run<D: Managed>(command: TransferCommand, plural: &str) -> Result<(
         } => {
             let scope = scope(caller.as_deref(), builtin)?;
             let format = format(fmt.as_deref(), output.as_deref())?;
-            let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+            let app = open_app(db.settings()?).await?;
             let stored = app.export_records::<D>(&scope).await?;
             let specs: Vec<&D> = stored.iter().map(D::spec_of).collect();
             let bytes = write_records(&specs, format)?;
@@ -138,14 +138,12 @@ pub async fn run<D: Managed>(command: TransferCommand, plural: &str) -> Result<(
                 Some(path) => {
                     std::fs::write(&path, &bytes)
                         .map_err(|e| Failure::runtime(format!("cannot write {path}: {e}")))?;
-                    eprintln!("exported {} {plural} from {scope} to {path}", specs.len());
+                    output::note(&format!(
+                        "exported {} {plural} from {scope} to {path}",
+                        specs.len()
+                    ));
                 }
-                None => {
-                    use std::io::Write;
-                    std::io::stdout()
-                        .write_all(&bytes)
-                        .map_err(|e| Failure::runtime(e.to_string()))?;
-                }
+                None => output::write(&bytes)?,
             }
             Ok(())
         }

@@ -5,7 +5,7 @@ use herma_app::calibrate::{EvalReport, parse_examples};
 use herma_app::transfer::Format;
 
 use crate::records::{format, progress, scope};
-use crate::{DatabaseArg, Failure, open_app, settings};
+use crate::{DatabaseArg, Failure, open_app, output};
 
 #[derive(Subcommand)]
 pub enum RulesCommand {
@@ -51,7 +51,7 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
     let bytes =
         std::fs::read(&file).map_err(|e| Failure::usage(format!("cannot read {file}: {e}")))?;
     let examples = parse_examples(&bytes, format)?;
-    let app = open_app(settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?).await?;
+    let app = open_app(db.settings()?).await?;
     let bar = progress(examples.len() as u64, "evaluating");
     let report = app
         .evaluate_examples(&scope, &examples, &mut |done, _| {
@@ -64,9 +64,9 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
     if json {
         let text =
             serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        print!("{}", render(&report));
+        output::write(render(&report).as_bytes())?;
     }
     Ok(())
 }

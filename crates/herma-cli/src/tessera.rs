@@ -4,7 +4,7 @@ use clap::Subcommand;
 use herma_app::tessera::{FileSource, HttpSource, SyncReport, TesseraSource};
 
 use crate::records::progress;
-use crate::{DatabaseArg, Failure, open_app, settings};
+use crate::{DatabaseArg, Failure, open_app};
 
 #[derive(Subcommand)]
 pub enum TesseraCommand {
@@ -33,7 +33,7 @@ pub async fn run(command: TesseraCommand) -> Result<(), Failure> {
         json,
         db,
     } = command;
-    let settings = settings(&[("HERMA_DATABASE_URL", db.database.as_ref())])?;
+    let settings = db.settings()?;
     let source: Box<dyn TesseraSource> = match (&from, &settings.tessera_url) {
         (Some(file), _) => {
             let bytes = std::fs::read(file)
@@ -66,9 +66,9 @@ pub async fn run(command: TesseraCommand) -> Result<(), Failure> {
     if json {
         let text =
             serde_json::to_string_pretty(&report).map_err(|e| Failure::runtime(e.to_string()))?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        println!(
+        outln!(
             "{} records in {} pages: {} created, {} updated, {} unchanged, {} removed; {} stored but not served (quarantined, unverified or untrusted), {} refused",
             report.records,
             report.pages,
@@ -78,9 +78,9 @@ pub async fn run(command: TesseraCommand) -> Result<(), Failure> {
             report.removed,
             report.not_served,
             report.refused.len()
-        );
+        )?;
         for r in &report.refused {
-            println!("  refused {}: {}", r.uri, r.reason);
+            outln!("  refused {}: {}", r.uri, r.reason)?;
         }
     }
     match (&report.stopped, &report.resume_after) {

@@ -8,7 +8,7 @@ use subtle::ConstantTimeEq;
 use crate::caller::CallerScope;
 use crate::key::{KeyId, PresentedKey, Scope, Scopes};
 use crate::problem::{Problem, ProblemCode};
-use crate::settings::Secret;
+use crate::secret::Secret;
 
 /// The request facts the gate reads. Transports fill it from their own header types.
 #[derive(Clone, Copy, Debug, Default)]

@@ -3,7 +3,8 @@
 //! Layout: [`problem`] (RFC 9457 vocabulary), [`json`] (the strict reader), [`key`] and
 //! [`gate`] (keys, credentials, authorization decisions), [`caller`] (caller scopes and ids),
 //! [`model`] (provisions, context entries, keys, receipts, entities, outcomes), [`settings`]
-//! (`HERMA_*`), [`contributor`] (the contributor-tier classifier), [`time`] (timestamps).
+//! (`HERMA_*`: the settings table and its reader), [`secret`] (values that never print),
+//! [`contributor`] (the contributor-tier classifier), [`time`] (timestamps).
 //!
 //! Architecture invariant: nothing here does I/O, reads the clock or the environment, or spawns;
 //! the crate builds for `wasm32-unknown-unknown`, so every runtime decides the same way.
@@ -23,6 +24,7 @@ pub mod model;
 pub mod problem;
 pub mod retired;
 pub mod rules;
+pub mod secret;
 pub mod semantic;
 pub mod settings;
 pub mod shim;

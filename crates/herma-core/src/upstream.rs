@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::problem::{Problem, ProblemCode};
-use crate::settings::Secret;
+use crate::secret::Secret;
 use crate::wire::Protocol;
 
 pub const BASE_URL_HEADERS: [&str; 2] = ["x-upstream-base-url", "x-herma-upstream-url"];

@@ -6,6 +6,7 @@
 //! page load: without it, the form posts to `/preview` and the result is rendered here.
 
 use herma_app::dry_run::DryRunReport;
+use herma_core::settings::table::{LOG, LOG_FORMAT};
 use serde_json::Value;
 
 /// CSP of pages without scripts or forms.
@@ -396,6 +397,7 @@ fn url_encode(text: &str) -> String {
 /// `/docs`: connecting harnesses, keys, rules, the API, MCP and operations.
 pub fn docs(base: &str) -> String {
     let base = escape(base);
+    let (log, log_default, log_format) = (LOG.name, escape(LOG.kind.default), LOG_FORMAT.name);
     let body = format!(
         r##"<div class="inner doc">
 <aside><nav aria-label="On this page">
@@ -477,7 +479,7 @@ curl {base}/v1/provisions -H "Authorization: Bearer $HERMA_KEY" -H 'X-Herma-Harn
 <p>Herma's own API answers errors as RFC 9457 <code>application/problem+json</code> with a stable <code>code</code> (<code>unauthorized</code>, <code>harness_required</code>, <code>builtin_protected</code>, <code>version_conflict</code>, <code>validation_failed</code>, …) and, for bad input, the field at fault. On the proxy routes errors take each protocol's own error shape so SDKs raise their usual exceptions.</p>
 
 <h2 id="operations">Operations</h2>
-<p><code>GET /metrics</code> serves Prometheus metrics: requests by route, action and status, latency and Herma's added latency, the receipt queue and rule-index rebuilds. Logs are structured (<code>RUST_LOG</code>) and carry the request id of <code>x-request-id</code>; keys and bodies are never logged. <code>herma config check</code> lists every <code>HERMA_*</code> setting.</p>
+<p><code>GET /metrics</code> serves Prometheus metrics: requests by route, action and status, latency and Herma's added latency, the receipt queue and rule-index rebuilds. Logs go to standard error as text or JSON (<code>{log_format}</code>), filtered by <code>{log}</code> (default <code>{log_default}</code>), and carry the request id of <code>x-request-id</code>; keys and bodies are never logged. <code>herma config check</code> lists every <code>HERMA_*</code> setting.</p>
 </article>
 </div>"##
     );

@@ -322,6 +322,102 @@ fn config_check_names_every_invalid_setting_and_redacts_secrets() {
 }
 
 #[test]
+fn config_check_aligns_every_value_to_the_longest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &["config", "check"],
+        &[("HERMA_CONVERSATION_DISABLED_PROVIDERS", "[\"anthropic\"]")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let columns: Vec<usize> = text
+        .lines()
+        .filter(|line| line.starts_with("HERMA_"))
+        .map(|line| {
+            let name_end = line.find(' ').unwrap();
+            name_end + line[name_end..].find(|c: char| c != ' ').unwrap()
+        })
+        .collect();
+    assert!(columns.len() > 40, "{text}");
+    assert!(columns.iter().all(|c| *c == columns[0]), "{text}");
+    assert!(
+        text.contains("HERMA_CONVERSATION_DISABLED_PROVIDERS  [\"anthropic\"]\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn config_docs_prints_the_declared_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["config", "docs"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), herma_core::settings::docs::markdown());
+}
+
+#[test]
+fn keys_list_has_a_header_row_aligned_with_its_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = issue_key(dir.path(), &[]);
+    let list = stdout(&run(dir.path(), &["keys", "list"], &[]));
+    let mut lines = list.lines();
+    let header = lines.next().unwrap();
+    let row = lines.next().unwrap();
+    assert!(header.starts_with("KEY ID "), "{list}");
+    for (title, value) in [
+        ("SCOPES", "route,configure"),
+        ("HARNESS", "claude-code"),
+        ("STATUS", "active"),
+    ] {
+        assert_eq!(header.find(title), row.find(value), "{title} in\n{list}");
+    }
+    assert!(row.starts_with(key["key_id"].as_str().unwrap()), "{list}");
+}
+
+/// `herma … | head` where the reader is gone before anything is written: every write meets a
+/// closed pipe.
+fn run_into_a_closed_pipe(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut child = herma(dir, args, env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn herma");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("wait for herma")
+}
+
+#[test]
+fn a_reader_that_closes_early_ends_the_output_not_in_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    issue_key(dir.path(), &[]);
+    for args in [
+        &["keys", "list"][..],
+        &["keys", "list", "--json"],
+        &["config", "check"],
+        &["config", "docs"],
+        &["provisions", "export", "--builtin"],
+        &["migrate"],
+    ] {
+        let out = run_into_a_closed_pipe(dir.path(), args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+    // The command still ends as it would have: an invalid configuration is still refused.
+    let out = run_into_a_closed_pipe(
+        dir.path(),
+        &["config", "check"],
+        &[("HERMA_BIND", "nowhere")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("HERMA_BIND: `nowhere`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
 fn provision_import_is_all_or_nothing_and_export_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let key = issue_key(dir.path(), &[]);

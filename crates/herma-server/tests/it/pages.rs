@@ -166,6 +166,20 @@ async fn h14_the_playground_works_without_javascript() {
     assert!(!html.contains(r#"id="decision""#));
 }
 
+/// What the docs say about operations is what the code reads: the log filter is `HERMA_LOG`.
+#[tokio::test]
+async fn the_docs_name_the_settings_logs_are_configured_by() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let (status, _, html) = get(&app, "/docs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        html.contains("filtered by <code>HERMA_LOG</code> (default <code>info</code>)"),
+        "{html}"
+    );
+    assert!(html.contains("<code>HERMA_LOG_FORMAT</code>"), "{html}");
+    assert!(!html.contains("RUST_LOG"), "Herma does not read RUST_LOG");
+}
+
 fn browser_paths() -> (String, String) {
     #[allow(clippy::disallowed_methods)] // the test command says where the browser is
     let env =
