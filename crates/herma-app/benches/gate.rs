@@ -16,7 +16,6 @@ use herma_core::gate::GateRequest;
 use herma_core::key::{PresentedKey, Scopes};
 use herma_core::settings::Settings;
 use herma_store::Store;
-use herma_store_sqlite::SqliteStore;
 
 fn bench_gate(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -27,7 +26,7 @@ fn bench_gate(c: &mut Criterion) {
     let path = dir.path().join("bench.db");
     let (app, clock, key) = rt.block_on(async {
         let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open_migrated(path.to_str().expect("path"))
+            herma_store_sqlite::open_migrated(path.to_str().expect("path"))
                 .await
                 .expect("sqlite"),
         );

@@ -7,7 +7,6 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::Store;
-use herma_store_sqlite::SqliteStore;
 use std::sync::Arc;
 
 fn bench(c: &mut Criterion) {
@@ -19,7 +18,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = rt.block_on(async {
         Arc::new(
-            SqliteStore::open_migrated(dir.path().join("r.db").to_str().unwrap())
+            herma_store_sqlite::open_migrated(dir.path().join("r.db").to_str().unwrap())
                 .await
                 .unwrap(),
         )

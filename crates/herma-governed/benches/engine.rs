@@ -94,7 +94,7 @@ fn text_run() -> TextRun {
 async fn postgres_ports() -> Option<GovernedPorts> {
     let url = herma_store_postgres::testing::test_database_url();
     let schema = herma_store_postgres::testing::fresh_schema_name();
-    let store = herma_store_postgres::PgStore::connect_in_schema(&url, &schema)
+    let store = herma_store_postgres::connect_in_schema(&url, &schema)
         .await
         .ok()?;
     herma_store::Store::migrate(&store).await.ok()?;
@@ -213,7 +213,7 @@ fn engine(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bench.db");
     let sqlite = rt.block_on(async {
-        herma_store_sqlite::SqliteStore::open_migrated(path.to_str().unwrap())
+        herma_store_sqlite::open_migrated(path.to_str().unwrap())
             .await
             .unwrap()
     });

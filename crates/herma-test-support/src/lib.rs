@@ -14,7 +14,6 @@ use herma_app::keys::NewKey;
 use herma_core::key::Scopes;
 use herma_core::settings::Settings;
 use herma_store::{MemoryStore, Store};
-use herma_store_sqlite::SqliteStore;
 use tokio::sync::oneshot;
 
 pub use herma_mocks::{mock_models, mock_tessera, mock_upstream};
@@ -45,7 +44,7 @@ pub async fn fresh_store(backend: Backend) -> Arc<dyn Store> {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().expect("tempdir");
             let path = dir.path().join("herma.db");
-            let store = SqliteStore::open_migrated(path.to_str().expect("utf-8"))
+            let store = herma_store_sqlite::open_migrated(path.to_str().expect("utf-8"))
                 .await
                 .expect("sqlite");
             std::mem::forget(dir);
@@ -57,7 +56,7 @@ pub async fn fresh_store(backend: Backend) -> Arc<dyn Store> {
 
 /// Creates `schema` in the database at `url` (for pointing a binary at it through the URL).
 pub async fn postgres_schema(url: &str, schema: &str) -> Result<(), herma_store::StoreError> {
-    herma_store_postgres::PgStore::connect_in_schema(url, schema)
+    herma_store_postgres::connect_in_schema(url, schema)
         .await
         .map(|_| ())
 }

@@ -30,7 +30,7 @@ pub async fn ports(backend: Backend) -> GovernedPorts {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("governed.db");
-            let store = herma_store_sqlite::SqliteStore::open_migrated(path.to_str().unwrap())
+            let store = herma_store_sqlite::open_migrated(path.to_str().unwrap())
                 .await
                 .unwrap();
             std::mem::forget(dir);

@@ -22,7 +22,7 @@ async fn concurrent_migrations_apply_once() {
     for _ in 0..4 {
         let (url, schema) = (url.clone(), schema.clone());
         tasks.push(tokio::spawn(async move {
-            let store = herma_store_postgres::PgStore::connect_in_schema(&url, &schema)
+            let store = herma_store_postgres::connect_in_schema(&url, &schema)
                 .await
                 .unwrap();
             usize::from(!store.migrate().await.unwrap().is_empty())

@@ -6,12 +6,11 @@
 use std::sync::Arc;
 
 use herma_store::Store;
-use herma_store_sqlite::SqliteStore;
 
 async fn fresh_store() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("herma.db");
-    let store = SqliteStore::open_migrated(path.to_str().expect("utf-8 path"))
+    let store = herma_store_sqlite::open_migrated(path.to_str().expect("utf-8 path"))
         .await
         .expect("open");
     // Keep the directory for the life of the test process; the OS cleans /tmp.
@@ -29,7 +28,7 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
     let path = path.to_str().unwrap();
     let scope = herma_store::conformance::fresh_scope();
     {
-        let store = SqliteStore::open(path).await.unwrap();
+        let store = herma_store_sqlite::open(path).await.unwrap();
         let applied = store.migrate().await.unwrap();
         assert_eq!(
             applied.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
@@ -49,7 +48,7 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
             .await
             .unwrap();
     }
-    let store = SqliteStore::open_migrated(path).await.unwrap();
+    let store = herma_store_sqlite::open_migrated(path).await.unwrap();
     assert!(store.migrate().await.unwrap().is_empty());
     assert_eq!(
         store
@@ -67,12 +66,11 @@ mod governed {
     use std::sync::Arc;
 
     use herma_store::governed::GovernedPorts;
-    use herma_store_sqlite::SqliteStore;
 
     async fn fresh_ports() -> GovernedPorts {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("governed.db");
-        let store = SqliteStore::open_migrated(path.to_str().expect("utf-8 path"))
+        let store = herma_store_sqlite::open_migrated(path.to_str().expect("utf-8 path"))
             .await
             .expect("open");
         std::mem::forget(dir);

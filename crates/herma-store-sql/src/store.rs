@@ -1,0 +1,482 @@
+//! [`SqlStore`] and its keys, receipts, entities, outcomes, claims and vectors (documents are
+//! in `documents`, the governed ports in `governed`).
+
+use async_trait::async_trait;
+use herma_core::key::KeyId;
+use herma_core::memory::RuleStats;
+use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
+use herma_core::{CallerScope, Timestamp};
+use herma_store::{
+    AppliedMigration, ClaimStore, EntityObservation, EntityStore, KeyStore, OutcomeStore,
+    ReceiptStore, Store, StoreError, StoreResult, StoredVectors, VectorStore, encode_vectors,
+};
+
+use crate::query::{RowsInsert, RowsStatements};
+use crate::rows::{
+    claimed_ids, entity_from_row, key_from_row, outcome_from_row, receipt_from_row,
+    rule_stats_from_rows, vectors_from_row, version_of,
+};
+use crate::{Backend, Query, SqlRow, backend, to_i64, to_json, to_u64};
+
+/// Every store port in SQL over one engine's [`Backend`].
+pub struct SqlStore<B> {
+    pub(crate) db: B,
+    receipts_insert: RowsStatements,
+    outcomes_insert: RowsStatements,
+}
+
+impl<B: Backend> SqlStore<B> {
+    /// The store over `db`, an open pool of one engine. Does not migrate.
+    pub fn new(db: B) -> Self {
+        Self {
+            db,
+            receipts_insert: RowsStatements::new(RECEIPTS_INSERT, RECEIPT_CHUNK),
+            outcomes_insert: RowsStatements::new(OUTCOMES_INSERT, OUTCOME_CHUNK),
+        }
+    }
+
+    /// Inserts `items` with multi-row statements of up to `statements.max_rows()` rows (a
+    /// statement is a round trip, which costs more than the insert): one statement runs on its
+    /// own, several in one transaction. `bind` binds one item's row.
+    async fn insert_rows<T: Sync>(
+        &self,
+        statements: &RowsStatements,
+        items: &[T],
+        bind: for<'q> fn(Query<'q>, &'q T) -> StoreResult<Query<'q>>,
+    ) -> StoreResult<()> {
+        let per_statement = statements.max_rows();
+        let mut tx = if items.len() > per_statement {
+            Some(self.db.begin().await?)
+        } else {
+            None
+        };
+        for chunk in items.chunks(per_statement) {
+            let mut query = statements.query::<B>(chunk.len());
+            for item in chunk {
+                query = bind(query, item)?;
+            }
+            match tx.as_mut() {
+                Some(tx) => B::execute_in(tx, query).await?,
+                None => self.db.execute(query).await?,
+            };
+        }
+        match tx {
+            Some(tx) => B::commit(tx).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// The first row of a statement that always returns one.
+fn one<R>(rows: Vec<R>) -> StoreResult<R> {
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Backend("a statement returned no row".into()))
+}
+
+/// Receipts per INSERT statement (5 parameters each, far below either engine's limit).
+const RECEIPT_CHUNK: usize = 64;
+/// Rule outcomes per INSERT statement (9 parameters each).
+const OUTCOME_CHUNK: usize = 100;
+
+const RECEIPTS_INSERT: RowsInsert = RowsInsert {
+    head: "INSERT INTO injection_receipts (caller_scope, id, sha256, body, created_at) VALUES ",
+    row: "(?, ?, ?, ?, ?)",
+    tail: " ON CONFLICT (caller_scope, id) DO NOTHING",
+};
+
+fn bind_receipt<'a>(query: Query<'a>, receipt: &'a InjectionReceipt) -> StoreResult<Query<'a>> {
+    Ok(query
+        .bind(receipt.body.caller_scope.as_str())
+        .bind(&receipt.id)
+        .bind(&receipt.sha256)
+        .bind(serde_json::to_string(receipt).map_err(backend)?)
+        .bind(receipt.body.created_at.as_millis()))
+}
+
+const OUTCOMES_INSERT: RowsInsert = RowsInsert {
+    head: "INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id,
+             provision_version, outcome, error_signature, receipt_id, recorded_at) VALUES ",
+    row: "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    tail: "",
+};
+
+fn bind_outcome<'a>(query: Query<'a>, o: &'a RuleOutcomeRecord) -> StoreResult<Query<'a>> {
+    Ok(query
+        .bind(o.caller_scope.as_str())
+        .bind(&o.conversation_id)
+        .bind(to_i64(o.turn)?)
+        .bind(&o.provision_id)
+        .bind(to_i64(o.provision_version)?)
+        .bind(o.outcome.as_str())
+        .bind(o.error_signature.as_deref())
+        .bind(o.receipt_id.as_deref())
+        .bind(o.recorded_at.as_millis()))
+}
+
+#[async_trait]
+impl<B: Backend> KeyStore for SqlStore<B> {
+    async fn insert_key(&self, key: &HarnessKey) -> StoreResult<()> {
+        let query = B::query(
+            "INSERT INTO harness_keys (key_id, caller_scope, scopes, harness, label, digest,
+               created_at, revoked_at, cohorts)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(key.key_id.as_str())
+        .bind(key.caller_scope.as_str())
+        .bind(key.scopes.to_list())
+        .bind(key.harness.as_deref())
+        .bind(&key.label)
+        .bind(key.digest.to_hex())
+        .bind(key.created_at.as_millis())
+        .bind(key.revoked_at.map(Timestamp::as_millis))
+        .bind(to_json(&serde_json::json!(key.cohorts))?);
+        self.db.execute(query).await?;
+        Ok(())
+    }
+
+    async fn find_key(&self, key_id: &KeyId) -> StoreResult<Option<HarnessKey>> {
+        let query = B::query("SELECT * FROM harness_keys WHERE key_id = ?").bind(key_id.as_str());
+        self.db
+            .fetch_optional(query)
+            .await?
+            .map(|row| key_from_row(&row))
+            .transpose()
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<HarnessKey>> {
+        let query = B::query("SELECT * FROM harness_keys ORDER BY created_at DESC, key_id ASC");
+        self.db
+            .fetch(query)
+            .await?
+            .iter()
+            .map(key_from_row)
+            .collect()
+    }
+
+    async fn revoke_key(&self, key_id: &KeyId, at: Timestamp) -> StoreResult<bool> {
+        let query = B::query(
+            "UPDATE harness_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+        )
+        .bind(at.as_millis())
+        .bind(key_id.as_str());
+        if self.db.execute(query).await? == 1 {
+            return Ok(true);
+        }
+        match self.find_key(key_id).await? {
+            Some(_) => Ok(false),
+            None => Err(StoreError::NotFound),
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> ReceiptStore for SqlStore<B> {
+    async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()> {
+        self.insert_rows(&self.receipts_insert, receipts, bind_receipt)
+            .await
+    }
+
+    async fn get_receipt(
+        &self,
+        scope: &CallerScope,
+        id: &str,
+    ) -> StoreResult<Option<InjectionReceipt>> {
+        let query =
+            B::query("SELECT body FROM injection_receipts WHERE caller_scope = ? AND id = ?")
+                .bind(scope.as_str())
+                .bind(id);
+        self.db
+            .fetch_optional(query)
+            .await?
+            .map(|row| receipt_from_row(&row))
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> EntityStore for SqlStore<B> {
+    async fn entity_evictions(&self, scope: &CallerScope) -> StoreResult<u64> {
+        let query = B::query("SELECT evicted FROM entity_evictions WHERE caller_scope = ?")
+            .bind(scope.as_str());
+        match self.db.fetch_optional(query).await? {
+            Some(row) => Ok(to_u64(row.int("evicted")?.max(0))?),
+            None => Ok(0),
+        }
+    }
+
+    async fn record_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: &str,
+        observations: &[EntityObservation],
+        now: Timestamp,
+        max_per_scope: u64,
+    ) -> StoreResult<u64> {
+        let upsert = B::statement(
+            "INSERT INTO working_entities AS w (caller_scope, project_tag, kind, value, count,
+               first_seen, last_seen)
+             VALUES (?, ?, ?, ?, 1, ?, ?)
+             ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
+               SET count = w.count + 1,
+                   last_seen = CASE WHEN w.last_seen > excluded.last_seen
+                               THEN w.last_seen ELSE excluded.last_seen END
+             RETURNING count",
+        );
+        let mut tx = self.db.begin().await?;
+        let mut added = false;
+        for obs in observations {
+            let query = upsert
+                .query()
+                .bind(scope.as_str())
+                .bind(project_tag)
+                .bind(obs.kind.as_str())
+                .bind(&obs.value)
+                .bind(now.as_millis())
+                .bind(now.as_millis());
+            added |= one(B::fetch_in(&mut tx, query).await?)?.int("count")? == 1;
+        }
+        // Only a new entity can push the caller over its bound (counting is a scan).
+        if !added {
+            B::commit(tx).await?;
+            return Ok(0);
+        }
+        let total =
+            B::query("SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?")
+                .bind(scope.as_str());
+        let total = to_u64(one(B::fetch_in(&mut tx, total).await?)?.int("total")?)?;
+        let excess = total.saturating_sub(max_per_scope);
+        if excess > 0 {
+            let evict = B::query(
+                "DELETE FROM working_entities
+                 WHERE caller_scope = ? AND (project_tag, kind, value) IN (
+                   SELECT project_tag, kind, value FROM working_entities WHERE caller_scope = ?
+                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC LIMIT ?)",
+            )
+            .bind(scope.as_str())
+            .bind(scope.as_str())
+            .bind(to_i64(excess)?);
+            B::execute_in(&mut tx, evict).await?;
+            let count = B::query(
+                "INSERT INTO entity_evictions (caller_scope, evicted) VALUES (?, ?)
+                 ON CONFLICT (caller_scope)
+                 DO UPDATE SET evicted = entity_evictions.evicted + excluded.evicted",
+            )
+            .bind(scope.as_str())
+            .bind(to_i64(excess)?);
+            B::execute_in(&mut tx, count).await?;
+        }
+        B::commit(tx).await?;
+        Ok(excess)
+    }
+
+    async fn list_entities(
+        &self,
+        scope: &CallerScope,
+        project_tag: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkingEntity>> {
+        let query = B::query(
+            "SELECT * FROM working_entities
+             WHERE caller_scope = ? AND (CAST(? AS TEXT) IS NULL OR project_tag = ?)
+             ORDER BY count DESC, last_seen DESC, project_tag ASC, kind ASC, value ASC LIMIT ?",
+        )
+        .bind(scope.as_str())
+        .bind(project_tag)
+        .bind(project_tag)
+        .bind(i64::from(limit));
+        self.db
+            .fetch(query)
+            .await?
+            .iter()
+            .map(entity_from_row)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> OutcomeStore for SqlStore<B> {
+    async fn fired_in_turn(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        turn: u64,
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let query = B::query(
+            "SELECT DISTINCT provision_id, provision_version AS version FROM rule_outcomes
+             WHERE caller_scope = ? AND conversation_id = ? AND turn = ?
+               AND outcome IN ('injected', 'responded_directly')
+             ORDER BY provision_id, provision_version",
+        )
+        .bind(scope.as_str())
+        .bind(conversation_id)
+        .bind(to_i64(turn)?);
+        self.db
+            .fetch(query)
+            .await?
+            .iter()
+            .map(|row| Ok((row.text("provision_id")?, version_of(row)?)))
+            .collect()
+    }
+
+    async fn rule_stats(&self, scope: &CallerScope) -> StoreResult<Vec<RuleStats>> {
+        let query = B::query(
+            "SELECT provision_id, outcome, count(*) AS version FROM rule_outcomes
+             WHERE caller_scope = ? GROUP BY provision_id, outcome ORDER BY provision_id",
+        )
+        .bind(scope.as_str());
+        rule_stats_from_rows(&self.db.fetch(query).await?)
+    }
+
+    async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
+        // The memory worker hands over whole batches: multi-row statements, as for receipts.
+        self.insert_rows(&self.outcomes_insert, outcomes, bind_outcome)
+            .await
+    }
+
+    async fn list_outcomes(
+        &self,
+        scope: &CallerScope,
+        limit: u32,
+    ) -> StoreResult<Vec<RuleOutcomeRecord>> {
+        let query = B::query(
+            "SELECT * FROM rule_outcomes WHERE caller_scope = ? ORDER BY seq DESC LIMIT ?",
+        )
+        .bind(scope.as_str())
+        .bind(i64::from(limit));
+        self.db
+            .fetch(query)
+            .await?
+            .iter()
+            .map(outcome_from_row)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> ClaimStore for SqlStore<B> {
+    async fn claim_once(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+        now: Timestamp,
+    ) -> StoreResult<Vec<String>> {
+        if provision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "INSERT INTO conversation_claims (caller_scope, conversation_id, provision_id, claimed_at)
+             SELECT ?, ?, value, ? FROM {} WHERE true
+             ON CONFLICT (caller_scope, conversation_id, provision_id) DO NOTHING
+             RETURNING provision_id",
+            B::TEXT_ROWS
+        );
+        let query = B::query(&sql)
+            .bind(scope.as_str())
+            .bind(conversation_id)
+            .bind(now.as_millis())
+            .bind(provision_ids);
+        claimed_ids(provision_ids, &self.db.fetch(query).await?)
+    }
+
+    async fn release_claims(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        provision_ids: &[String],
+    ) -> StoreResult<()> {
+        if provision_ids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "DELETE FROM conversation_claims
+             WHERE caller_scope = ? AND conversation_id = ? AND provision_id {}",
+            B::TEXT_IN
+        );
+        let query = B::query(&sql)
+            .bind(scope.as_str())
+            .bind(conversation_id)
+            .bind(provision_ids);
+        self.db.execute(query).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> VectorStore for SqlStore<B> {
+    async fn get_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        wanted: &[(String, u64)],
+    ) -> StoreResult<Vec<StoredVectors>> {
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT provision_id, provision_version, dimensions, examples, negatives
+             FROM rule_vectors WHERE caller_scope = ? AND model_id = ? AND provision_id {}",
+            B::TEXT_IN
+        );
+        let ids: Vec<&str> = wanted.iter().map(|(id, _)| id.as_str()).collect();
+        let query = B::query(&sql).bind(scope.as_str()).bind(model_id).bind(ids);
+        let mut found = Vec::new();
+        for row in &self.db.fetch(query).await? {
+            let vectors = vectors_from_row(row)?;
+            if wanted
+                .iter()
+                .any(|(id, v)| *id == vectors.provision_id && *v == vectors.version)
+            {
+                found.push(vectors);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn put_vectors(
+        &self,
+        scope: &CallerScope,
+        model_id: &str,
+        vectors: &StoredVectors,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let dimensions = vectors.vectors.examples.first().map_or(0, Vec::len);
+        let query = B::query(
+            "INSERT INTO rule_vectors (caller_scope, provision_id, model_id, provision_version,
+               dimensions, examples, negatives, computed_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (caller_scope, provision_id, model_id) DO UPDATE SET
+                 provision_version = excluded.provision_version, dimensions = excluded.dimensions,
+                 examples = excluded.examples, negatives = excluded.negatives,
+                 computed_at = excluded.computed_at
+             WHERE rule_vectors.provision_version <= excluded.provision_version",
+        )
+        .bind(scope.as_str())
+        .bind(&vectors.provision_id)
+        .bind(model_id)
+        .bind(to_i64(vectors.version)?)
+        .bind(i64::try_from(dimensions).map_err(backend)?)
+        .bind(encode_vectors(&vectors.vectors.examples))
+        .bind(encode_vectors(&vectors.vectors.negatives))
+        .bind(now.as_millis());
+        self.db.execute(query).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Store for SqlStore<B> {
+    fn backend(&self) -> &'static str {
+        B::NAME
+    }
+
+    async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>> {
+        self.apply_migrations().await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.db.execute(B::query("SELECT 1")).await?;
+        Ok(())
+    }
+}
