@@ -32,7 +32,10 @@ fn bench_gate(c: &mut Criterion) {
         );
         let clock = ManualClock::at(1_796_000_000_000);
         let settings = Settings::from_map(&Default::default()).expect("settings");
-        let upstream = herma_app::http_upstream(&settings).expect("http client");
+        let second = std::time::Duration::from_secs(1);
+        let upstream: Arc<dyn herma_providers::Upstream> = Arc::new(
+            herma_providers::HttpUpstream::new(second, second, second).expect("http client"),
+        );
         let app = App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream);
         let issued = app
             .issue_key(NewKey {

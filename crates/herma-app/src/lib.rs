@@ -1,10 +1,17 @@
-//! Herma's services: orchestration over the core and the storage ports, shared by the HTTP
-//! server and the CLI.
+//! Herma's services: orchestration over the core and the ports (storage, providers, models),
+//! shared by the HTTP server and the CLI. Which adapters stand behind the ports is chosen by the
+//! binary (`herma_cli::wiring`), never here.
 //!
-//! Layout: [`App`] bundles the store, the clock, the random source, the settings and the
-//! [`gate::Gate`]; behaviour lives in `impl App` blocks per concern — [`keys`], [`records`]
-//! (provisions and context entries), [`starters`] — plus [`transfer`] (import/export files) and
-//! [`storage`] (opening the configured database).
+//! Layout: [`App`] bundles the store, the clock, the random source, the settings, the
+//! [`gate::Gate`] (authentication with its key cache) and the background workers; behaviour
+//! lives in `impl App` blocks per concern — [`keys`], [`records`] (provisions and context
+//! entries, with the built-in lock), [`starters`], [`proxy`] (the pipeline; [`dry_run`] shares
+//! its plan), [`insights`], [`discovery`] (preview, connect document, llms.txt, agent card),
+//! [`mcp`], [`handshake`] and [`tessera`] (remote pulls and the sync) — plus the parts they
+//! use: [`rule_cache`] (each caller's compiled rules), [`tiers`] (tiers 2 and 3 over the model
+//! ports), [`receipts`] (the batched writer), [`memory`] (the entity and outcome worker),
+//! [`metrics`], [`rate_limit`], [`calibrate`] (`rules eval`), [`transfer`] (import/export files)
+//! and [`clock`] (time and randomness).
 //!
 //! Architecture invariant: nothing here knows HTTP: no status codes, no axum types. Errors are
 //! core [`herma_core::Problem`]s; the transports choose statuses.
@@ -27,21 +34,17 @@ pub mod receipts;
 pub mod records;
 pub mod rule_cache;
 pub mod starters;
-pub mod storage;
 pub mod tessera;
 pub mod tiers;
 pub mod transfer;
 
 use std::sync::Arc;
 
-use std::time::Duration;
-
 use herma_core::settings::Settings;
-use herma_core::{Problem, ProblemCode};
-use herma_providers::{HttpUpstream, Upstream};
+use herma_providers::Upstream;
 use herma_store::Store;
 
-use clock::{Clock, OsRandom, Random, SystemClock};
+use clock::{Clock, Random};
 use gate::Gate;
 use memory::MemoryWorker;
 use rate_limit::RateLimiter;
@@ -67,36 +70,7 @@ pub struct App {
     pub tiers: tiers::Tiers,
 }
 
-/// The HTTP client the settings describe.
-pub fn http_upstream(settings: &Settings) -> Result<Arc<dyn Upstream>, Problem> {
-    HttpUpstream::new(
-        Duration::from_millis(settings.upstream_connect_timeout_ms),
-        Duration::from_millis(settings.upstream_headers_timeout_ms),
-        Duration::from_millis(settings.upstream_idle_timeout_ms),
-    )
-    .map(|u| Arc::new(u) as Arc<dyn Upstream>)
-    .map_err(|e| {
-        Problem::new(
-            ProblemCode::Internal,
-            format!("the HTTP client could not start: {e}"),
-        )
-    })
-}
-
 impl App {
-    /// An app on the wall clock, the OS random source and the real HTTP client. Must run
-    /// inside a Tokio runtime (it starts the receipt writer).
-    pub fn new(store: Arc<dyn Store>, settings: Settings) -> Result<Self, Problem> {
-        let upstream = http_upstream(&settings)?;
-        Ok(Self::with_parts(
-            store,
-            settings,
-            Arc::new(SystemClock),
-            Arc::new(OsRandom),
-            upstream,
-        ))
-    }
-
     pub fn with_parts(
         store: Arc<dyn Store>,
         settings: Settings,
@@ -138,7 +112,7 @@ impl App {
         }
     }
 
-    /// Uses `tiers` for semantic and micromodel triggers (see [`tiers::Tiers::open`]).
+    /// Uses `tiers` for semantic and micromodel triggers.
     pub fn with_tiers(mut self, tiers: tiers::Tiers) -> Self {
         self.rules = RuleCache::new(
             self.store.clone(),

@@ -1,12 +1,12 @@
-//! Tiers 2 and 3 at run time: the configured embedding model and classifier, the example
-//! vectors of semantic rules, and one request's evaluation through all three tiers.
+//! Tiers 2 and 3 at run time: the configured embedding model and classifier (opened by the
+//! binary's wiring), the example vectors of semantic rules, and one request's evaluation
+//! through all three tiers.
 //!
 //! Evaluation is [`Mode::Online`] on the proxy and [`Mode::Offline`] for dry runs, the public
 //! preview and `herma rules eval` (H16): offline, the classifier is never called and a remote
 //! embedding endpoint is never called; the in-process model still runs (it is not a provider).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +19,8 @@ use herma_core::micromodel::{Classifier, ClassifierError, Outcome, classify};
 use herma_core::model::Tier;
 use herma_core::rules::{RuleMatch, RuleSet};
 use herma_core::semantic::{Embedder, ModelIdentity, RuleVectors, SemanticIndex, SemanticScore};
-use herma_core::settings::{EmbedSource, TierSettings};
 use herma_core::wire::Envelope;
 use herma_core::{CallerScope, Timestamp};
-use herma_embed::{LocalEmbedder, Options};
-use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_store::{Store, StoredVectors};
 
 /// Classifier calls one request makes at once.
@@ -33,8 +30,6 @@ pub const MAX_PARALLEL_CLASSIFIER_CALLS: usize = 4;
 #[derive(Clone, Default)]
 pub struct Tiers {
     pub embedder: Option<Arc<dyn Embedder>>,
-    /// The in-process model, when that is the embedder (for `herma models check`).
-    pub local: Option<Arc<LocalEmbedder>>,
     pub classifier: Option<Arc<dyn Classifier>>,
     pub classifier_timeout: Duration,
     /// Configured models that could not be used, in words.
@@ -52,69 +47,8 @@ impl std::fmt::Debug for Tiers {
 }
 
 impl Tiers {
-    /// Loads the in-process model or connects to the remote one, and prepares the classifier.
-    /// A model that cannot be used is left out and named in `problems` (and the log); Herma
-    /// still starts, and rules needing it never fire.
-    pub async fn open(settings: &TierSettings) -> Self {
-        let mut tiers = Tiers {
-            classifier_timeout: Duration::from_millis(settings.micromodel_timeout_ms),
-            ..Tiers::default()
-        };
-        let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
-        match &settings.embed {
-            None => {}
-            Some(EmbedSource::Local { dir }) => {
-                let options = Options {
-                    window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
-                    threads: usize::try_from(settings.embed_threads).unwrap_or(1),
-                    cache_entries: cache,
-                    ..Options::default()
-                };
-                let dir = PathBuf::from(dir);
-                let loaded =
-                    tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir, &options)).await;
-                match loaded {
-                    Ok(Ok(model)) => {
-                        let report = model.report();
-                        tracing::info!(
-                            model = %report.identity.id,
-                            dimensions = report.identity.dimensions,
-                            window_tokens = report.window_tokens,
-                            load_ms = report.load_time.as_millis() as u64,
-                            "embedding model loaded"
-                        );
-                        let model = Arc::new(model);
-                        tiers.embedder = Some(model.clone());
-                        tiers.local = Some(model);
-                    }
-                    Ok(Err(e)) => tiers.problem(format!("the embedding model did not load: {e}")),
-                    Err(e) => tiers.problem(format!("the embedding model did not load: {e}")),
-                }
-            }
-            Some(EmbedSource::Remote(remote)) => {
-                let timeout = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
-                match RemoteEmbedder::connect(remote, timeout, cache).await {
-                    Ok(embedder) => {
-                        tracing::info!(model = %embedder.identity().id, dimensions = embedder.identity().dimensions, "remote embedding model connected");
-                        tiers.embedder = Some(Arc::new(embedder));
-                    }
-                    Err(e) => tiers.problem(format!(
-                        "the remote embedding model at {} is not usable: {e}",
-                        remote.base
-                    )),
-                }
-            }
-        }
-        if let Some(remote) = &settings.micromodel {
-            match HttpClassifier::new(remote, tiers.classifier_timeout) {
-                Ok(classifier) => tiers.classifier = Some(Arc::new(classifier)),
-                Err(e) => tiers.problem(format!("the classifier client did not start: {e}")),
-            }
-        }
-        tiers
-    }
-
-    fn problem(&mut self, text: String) {
+    /// Records a configured model that cannot be used (and logs it).
+    pub fn problem(&mut self, text: String) {
         tracing::warn!("{text}");
         self.problems.push(text);
     }

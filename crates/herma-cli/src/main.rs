@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use herma_app::App;
+use herma_cli::wiring;
 use herma_core::settings::table::{BIND, DATABASE_URL};
 use herma_core::settings::{LogFormat, Settings};
 
@@ -189,7 +190,7 @@ fn init_logging(settings: &Settings) {
 /// unchanged starters keep their versions).
 async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     let shown = settings.database.redacted();
-    let store = herma_app::storage::connect(&settings.database)
+    let store = wiring::connect_store(&settings.database)
         .await
         .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
     let applied = store
@@ -199,8 +200,8 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     for m in &applied {
         tracing::info!(version = m.version, name = %m.name, "applied migration");
     }
-    let tiers = herma_app::tiers::Tiers::open(&settings.tiers).await;
-    let app = Arc::new(App::new(store, settings)?.with_tiers(tiers));
+    let tiers = wiring::open_tiers(&settings.tiers).await.tiers;
+    let app = Arc::new(wiring::app(store, settings)?.with_tiers(tiers));
     let starters = app.load_starters().await.map_err(|p| {
         Failure::runtime(format!(
             "loading the built-in starters failed: {}",
@@ -241,7 +242,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Migrate { db } => {
             let settings = db.settings()?;
             let shown = settings.database.redacted();
-            let store = herma_app::storage::connect(&settings.database)
+            let store = wiring::connect_store(&settings.database)
                 .await
                 .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
             let applied = store

@@ -1,7 +1,7 @@
 //! `herma models check`: whether tiers 2 and 3 have usable models.
 
 use clap::Subcommand;
-use herma_app::tiers::Tiers;
+use herma_cli::wiring::{OpenedTiers, open_tiers};
 use herma_core::micromodel::{Outcome, classify};
 use herma_core::model::{FailurePolicy, MicromodelTrigger, Unit};
 use herma_core::settings::EmbedSource;
@@ -19,7 +19,7 @@ pub enum ModelsCommand {
 pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
     let ModelsCommand::Check = command;
     let settings = settings(&[])?;
-    let tiers = Tiers::open(&settings.tiers).await;
+    let OpenedTiers { tiers, local } = open_tiers(&settings.tiers).await;
     let mut usable = true;
     match (&settings.tiers.embed, &tiers.embedder) {
         (None, _) => {
@@ -41,7 +41,7 @@ pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
             outln!("embedding model: ok")?;
             outln!("  identity     {}", identity.id)?;
             outln!("  dimensions   {}", identity.dimensions)?;
-            if let Some(local) = &tiers.local {
+            if let Some(local) = &local {
                 let report = local.report();
                 outln!("  directory    {}", report.dir.display())?;
                 outln!("  layers       {}", report.layers)?;

@@ -246,7 +246,12 @@ mod tests {
         let refused = Some("model `tiny-Contributor-1` is contributor tier");
         /// The model asked for, the mode, whether a classifier is configured, and the
         /// outcome decided without a call (its kind and reason).
-        type Case<'a> = (Option<&'a str>, Mode, bool, Option<(&'a str, Option<&'a str>)>);
+        type Case<'a> = (
+            Option<&'a str>,
+            Mode,
+            bool,
+            Option<(&'a str, Option<&'a str>)>,
+        );
         let cases: [Case; 7] = [
             (None, Mode::Online, true, None),
             (Some("qwen2.5:0.5b"), Mode::Online, true, None),

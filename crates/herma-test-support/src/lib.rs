@@ -89,8 +89,8 @@ pub async fn spawn_app(backend: Backend, overrides: &[(&str, &str)]) -> TestApp 
 pub async fn spawn_app_on(store: Arc<dyn Store>, overrides: &[(&str, &str)]) -> TestApp {
     let clock = ManualClock::at(1_796_000_000_000);
     let settings = settings(overrides);
-    let upstream = herma_app::http_upstream(&settings).expect("http client");
-    let tiers = herma_app::tiers::Tiers::open(&settings.tiers).await;
+    let upstream = herma_cli::wiring::http_upstream(&settings).expect("http client");
+    let tiers = herma_cli::wiring::open_tiers(&settings.tiers).await.tiers;
     let app = Arc::new(
         App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream)
             .with_tiers(tiers),

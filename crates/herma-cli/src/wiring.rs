@@ -1,0 +1,124 @@
+//! Choosing the adapters behind the ports, from the settings. The one place that names
+//! concrete backends.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herma_app::App;
+use herma_app::clock::{OsRandom, SystemClock};
+use herma_app::tiers::Tiers;
+use herma_core::semantic::Embedder;
+use herma_core::settings::{DatabaseUrl, EmbedSource, Settings, TierSettings};
+use herma_core::{Problem, ProblemCode};
+use herma_embed::{LocalEmbedder, Options};
+use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
+use herma_providers::{HttpUpstream, Upstream};
+use herma_store::{Store, StoreError};
+
+/// Connects to the database named by `url` (not yet migrated).
+pub async fn connect_store(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match url {
+        DatabaseUrl::Sqlite(path) => Arc::new(herma_store_sqlite::open(path).await?),
+        DatabaseUrl::Postgres(url) => Arc::new(herma_store_postgres::connect(url.expose()).await?),
+    })
+}
+
+/// The HTTP client the settings describe, for proxied requests.
+pub fn http_upstream(settings: &Settings) -> Result<Arc<dyn Upstream>, Problem> {
+    HttpUpstream::new(
+        Duration::from_millis(settings.upstream_connect_timeout_ms),
+        Duration::from_millis(settings.upstream_headers_timeout_ms),
+        Duration::from_millis(settings.upstream_idle_timeout_ms),
+    )
+    .map(|u| Arc::new(u) as Arc<dyn Upstream>)
+    .map_err(|e| {
+        Problem::new(
+            ProblemCode::Internal,
+            format!("the HTTP client could not start: {e}"),
+        )
+    })
+}
+
+/// An app over `store` on the wall clock, the OS random source and the real HTTP client. Must
+/// run inside a Tokio runtime (it starts the receipt writer).
+pub fn app(store: Arc<dyn Store>, settings: Settings) -> Result<App, Problem> {
+    let upstream = http_upstream(&settings)?;
+    Ok(App::with_parts(
+        store,
+        settings,
+        Arc::new(SystemClock),
+        Arc::new(OsRandom),
+        upstream,
+    ))
+}
+
+/// The models of tiers 2 and 3 as opened.
+pub struct OpenedTiers {
+    pub tiers: Tiers,
+    /// The in-process model, when that is the embedder (`herma models check` reports on it).
+    pub local: Option<Arc<LocalEmbedder>>,
+}
+
+/// Loads the in-process model or connects to the remote one, and prepares the classifier. A
+/// model that cannot be used is left out and named in `problems` (and the log); Herma still
+/// starts, and rules needing it never fire.
+pub async fn open_tiers(settings: &TierSettings) -> OpenedTiers {
+    let mut tiers = Tiers {
+        classifier_timeout: Duration::from_millis(settings.micromodel_timeout_ms),
+        ..Tiers::default()
+    };
+    let mut local = None;
+    let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
+    match &settings.embed {
+        None => {}
+        Some(EmbedSource::Local { dir }) => {
+            let options = Options {
+                window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
+                threads: usize::try_from(settings.embed_threads).unwrap_or(1),
+                cache_entries: cache,
+                ..Options::default()
+            };
+            let dir = PathBuf::from(dir);
+            let loaded =
+                tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir, &options)).await;
+            match loaded {
+                Ok(Ok(model)) => {
+                    let report = model.report();
+                    tracing::info!(
+                        model = %report.identity.id,
+                        dimensions = report.identity.dimensions,
+                        window_tokens = report.window_tokens,
+                        load_ms = report.load_time.as_millis() as u64,
+                        "embedding model loaded"
+                    );
+                    let model = Arc::new(model);
+                    tiers.embedder = Some(model.clone());
+                    local = Some(model);
+                }
+                Ok(Err(e)) => tiers.problem(format!("the embedding model did not load: {e}")),
+                Err(e) => tiers.problem(format!("the embedding model did not load: {e}")),
+            }
+        }
+        Some(EmbedSource::Remote(remote)) => {
+            let timeout = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
+            match RemoteEmbedder::connect(remote, timeout, cache).await {
+                Ok(embedder) => {
+                    tracing::info!(model = %embedder.identity().id, dimensions = embedder.identity().dimensions, "remote embedding model connected");
+                    tiers.embedder = Some(Arc::new(embedder));
+                }
+                Err(e) => tiers.problem(format!(
+                    "the remote embedding model at {} is not usable: {e}",
+                    remote.base
+                )),
+            }
+        }
+    }
+    if let Some(remote) = &settings.micromodel {
+        match HttpClassifier::new(remote, tiers.classifier_timeout) {
+            Ok(classifier) => tiers.classifier = Some(Arc::new(classifier)),
+            Err(e) => tiers.problem(format!("the classifier client did not start: {e}")),
+        }
+    }
+    OpenedTiers { tiers, local }
+}
