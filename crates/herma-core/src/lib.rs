@@ -3,11 +3,13 @@
 //! Layout: [`problem`] (RFC 9457 vocabulary), [`json`] (the strict reader), [`key`] and
 //! [`gate`] (keys, credentials, authorization decisions), [`caller`] (caller scopes and ids),
 //! [`model`] (provisions, context entries, keys, receipts, entities, outcomes), [`settings`]
-//! (`HERMA_*`), [`contributor`] (the contributor-tier classifier), [`time`] (timestamps).
+//! (`HERMA_*`), [`contributor`] (the contributor-tier classifier), [`time`] (timestamps),
+//! [`wire`] (the protocols, one module each) and [`call`] (a governed model call, neutrally).
 //!
 //! Architecture invariant: nothing here does I/O, reads the clock or the environment, or spawns;
 //! the crate builds for `wasm32-unknown-unknown`, so every runtime decides the same way.
 
+pub mod call;
 pub mod caller;
 pub mod contributor;
 pub mod engine;
