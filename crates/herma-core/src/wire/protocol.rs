@@ -45,10 +45,11 @@ pub trait WireProtocol: Sync {
 
     // ---- the response -----------------------------------------------------------------------
 
-    /// The usage object one streamed event reports, if any. The proxy's usage observer reads
-    /// only this (and only from events that mention `usage`); the stream decoder reads its
-    /// usage through it too.
-    fn event_usage<'v>(&self, data: &'v Value) -> Option<&'v Value>;
+    /// The usage one streamed event reports (its raw JSON, an object when there is one). The
+    /// proxy's usage observer reads only this, and only from events that mention `usage`,
+    /// leaving the rest of the event unparsed; the stream decoders read their usage through it
+    /// too.
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue>;
     /// The usage member of a whole (non-streaming) JSON response body.
     fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue>;
     /// A fresh decoder turning this protocol's stream into neutral events.

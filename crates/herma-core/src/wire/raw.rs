@@ -61,6 +61,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
 }
 
 impl<'a> Obj<'a> {
+    /// The members of `text` if it is a JSON object; `None` if it is not JSON at all.
+    pub(crate) fn parse(text: &'a str) -> Option<Obj<'a>> {
+        serde_json::from_str(text).ok()
+    }
+
     /// The members of `raw` if it is an object, else none.
     pub(crate) fn of(raw: Option<&'a RawValue>) -> Obj<'a> {
         match raw {

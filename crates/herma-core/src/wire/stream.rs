@@ -7,6 +7,7 @@
 //! use for their usage too.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 use thiserror::Error;
 
 use super::Protocol;
@@ -144,6 +145,13 @@ impl Reference {
             emit(ModelEvent::Reference(id.to_owned()));
         }
     }
+}
+
+/// An event's usage (see [`WireProtocol::event_usage`](super::WireProtocol::event_usage)) as
+/// JSON; `null` when there is none.
+pub(crate) fn usage_of(raw: Option<&RawValue>) -> Value {
+    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// The unsigned integer at `pointer`, 0 when absent.

@@ -59,10 +59,10 @@ impl UsageObserver {
                 if !event.data.contains("usage") {
                     return;
                 }
-                if let Ok(data) = serde_json::from_str::<Value>(&event.data)
-                    && let Some(Value::Object(found)) = wire.event_usage(&data)
+                if let Some(raw) = wire.event_usage(&event.data)
+                    && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw.get())
                 {
-                    merge(usage, found);
+                    merge(usage, &found);
                 }
             });
         } else if !self.overflowed {
@@ -132,6 +132,18 @@ mod tests {
         assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
         let mut o = UsageObserver::new(Protocol::Messages, false);
         o.feed(b"not json");
+        assert_eq!(o.finish(), None);
+    }
+
+    #[test]
+    fn only_the_usage_of_an_event_is_decoded() {
+        // A text a strict decoder refuses (a lone surrogate) does not hide the usage beside it.
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
+        o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}],\"usage\":{\"total_tokens\":3}}\n\n");
+        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        // Events that are not JSON, or whose usage is not an object, report none.
+        let mut o = UsageObserver::new(Protocol::Messages, true);
+        o.feed(b"data: {\"usage\":\n\ndata: {\"usage\":null}\n\ndata: {\"message\":{\"usage\":[1]}}\n\n");
         assert_eq!(o.finish(), None);
     }
 }

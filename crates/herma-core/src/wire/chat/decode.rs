@@ -10,7 +10,7 @@ use super::ChatCompletions;
 use crate::call::{ModelEvent, StopReason, Usage};
 use crate::wire::WireProtocol;
 use crate::wire::sse::Event;
-use crate::wire::stream::{EventDecoder, Progress, Reference, StreamError, parse, u};
+use crate::wire::stream::{EventDecoder, Progress, Reference, StreamError, parse, u, usage_of};
 
 #[derive(Debug, Default)]
 pub(super) struct Decoder {
@@ -43,11 +43,12 @@ impl EventDecoder for Decoder {
         let (_, data) = parse(event)?;
         self.reference
             .see(data.get("id").and_then(Value::as_str), emit);
-        if let Some(usage) = ChatCompletions.event_usage(&data).filter(|u| u.is_object()) {
-            let cached = u(usage, "/prompt_tokens_details/cached_tokens");
+        let usage = usage_of(ChatCompletions.event_usage(&event.data));
+        if usage.is_object() {
+            let cached = u(&usage, "/prompt_tokens_details/cached_tokens");
             self.usage = Some(Usage {
-                input_tokens: u(usage, "/prompt_tokens").saturating_sub(cached),
-                output_tokens: u(usage, "/completion_tokens"),
+                input_tokens: u(&usage, "/prompt_tokens").saturating_sub(cached),
+                output_tokens: u(&usage, "/completion_tokens"),
                 cache_read_tokens: cached,
                 cache_write_tokens: 0,
             });

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 pub(super) use read::tool_name;
 
 use super::direct::DirectAnswer;
+use super::raw::Obj;
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, usage};
 use crate::call::{ModelRequest, Support};
@@ -69,8 +70,8 @@ impl WireProtocol for ChatCompletions {
     }
 
     /// A chunk's `usage` (with `include_usage`, the last chunk before `[DONE]`).
-    fn event_usage<'v>(&self, data: &'v Value) -> Option<&'v Value> {
-        data.get("usage")
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        Obj::parse(data)?.get("usage")
     }
 
     fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {

@@ -10,7 +10,9 @@ use super::Messages;
 use crate::call::{ModelEvent, StopReason, Usage};
 use crate::wire::WireProtocol;
 use crate::wire::sse::Event;
-use crate::wire::stream::{EventDecoder, Progress, Reference, StreamError, parse, str_of, u};
+use crate::wire::stream::{
+    EventDecoder, Progress, Reference, StreamError, parse, str_of, u, usage_of,
+};
 
 #[derive(Debug, Default)]
 pub(super) struct Decoder {
@@ -31,11 +33,11 @@ impl EventDecoder for Decoder {
             "message_start" => {
                 self.reference
                     .see(data.pointer("/message/id").and_then(Value::as_str), emit);
-                let usage = Messages.event_usage(&data).unwrap_or(&Value::Null);
-                self.usage.input_tokens = u(usage, "/input_tokens");
-                self.usage.cache_read_tokens = u(usage, "/cache_read_input_tokens");
-                self.usage.cache_write_tokens = u(usage, "/cache_creation_input_tokens");
-                self.usage.output_tokens = u(usage, "/output_tokens");
+                let usage = usage_of(Messages.event_usage(&event.data));
+                self.usage.input_tokens = u(&usage, "/input_tokens");
+                self.usage.cache_read_tokens = u(&usage, "/cache_read_input_tokens");
+                self.usage.cache_write_tokens = u(&usage, "/cache_creation_input_tokens");
+                self.usage.output_tokens = u(&usage, "/output_tokens");
             }
             "content_block_start" => {
                 let index = u(&data, "/index");
@@ -83,7 +85,7 @@ impl EventDecoder for Decoder {
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     emit(ModelEvent::Stop(stop_reason(reason)));
                 }
-                let usage = Messages.event_usage(&data).unwrap_or(&Value::Null);
+                let usage = usage_of(Messages.event_usage(&event.data));
                 if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
                     self.usage.output_tokens = n;
                 }

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
+use super::raw::Obj;
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, usage};
 use crate::call::{ModelRequest, Support};
@@ -56,10 +57,11 @@ impl WireProtocol for Messages {
     }
 
     /// `message_start` carries it in `message.usage`, `message_delta` in `usage`.
-    fn event_usage<'v>(&self, data: &'v Value) -> Option<&'v Value> {
-        data.get("message")
-            .and_then(|m| m.get("usage"))
-            .or_else(|| data.get("usage"))
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        let event = Obj::parse(data)?;
+        Obj::of(event.get("message"))
+            .get("usage")
+            .or_else(|| event.get("usage"))
     }
 
     fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {

@@ -8,7 +8,9 @@ use super::Responses;
 use crate::call::{ModelEvent, StopReason, Usage};
 use crate::wire::WireProtocol;
 use crate::wire::sse::Event;
-use crate::wire::stream::{EventDecoder, Progress, Reference, StreamError, parse, str_of, u};
+use crate::wire::stream::{
+    EventDecoder, Progress, Reference, StreamError, parse, str_of, u, usage_of,
+};
 
 #[derive(Debug, Default)]
 pub(super) struct Decoder {
@@ -60,11 +62,11 @@ impl EventDecoder for Decoder {
                     StopReason::EndTurn
                 };
                 emit(ModelEvent::Stop(stop));
-                let usage = Responses.event_usage(&data).unwrap_or(&Value::Null);
-                let cached = u(usage, "/input_tokens_details/cached_tokens");
+                let usage = usage_of(Responses.event_usage(&event.data));
+                let cached = u(&usage, "/input_tokens_details/cached_tokens");
                 emit(ModelEvent::Usage(Usage {
-                    input_tokens: u(usage, "/input_tokens").saturating_sub(cached),
-                    output_tokens: u(usage, "/output_tokens"),
+                    input_tokens: u(&usage, "/input_tokens").saturating_sub(cached),
+                    output_tokens: u(&usage, "/output_tokens"),
                     cache_read_tokens: cached,
                     cache_write_tokens: 0,
                 }));

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 
 use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
+use super::raw::Obj;
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, usage};
 use crate::call::{ModelRequest, Support};
@@ -55,8 +56,8 @@ impl WireProtocol for Responses {
     }
 
     /// The `response` object's usage (`response.completed` carries the terminal one).
-    fn event_usage<'v>(&self, data: &'v Value) -> Option<&'v Value> {
-        data.get("response").and_then(|r| r.get("usage"))
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        Obj::of(Obj::parse(data)?.get("response")).get("usage")
     }
 
     fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
