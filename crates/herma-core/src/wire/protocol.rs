@@ -16,15 +16,15 @@ use crate::call::{ModelRequest, Support, Unsupported};
 use crate::problem::Problem;
 
 /// Everything Herma knows about one wire protocol, implemented by a unit struct in the
-/// protocol's module. Each protocol module reads this trait in the same order: names, the
-/// proxied request, the answers Herma gives itself, the response stream, governed calls.
+/// protocol's module, in this order: names, the proxied request, the answers Herma gives itself,
+/// the response, governed calls.
 pub trait WireProtocol: Sync {
-    /// The protocol's name in Herma's API, receipts and routes' reports (`messages`).
+    /// The protocol's name in Herma's API and records (`messages`).
     fn as_str(&self) -> &'static str;
     /// The route Herma serves it on, which is also the upstream's path (`/v1/messages`).
     fn path(&self) -> &'static str;
 
-    // ---- the proxied request --------------------------------------------------------------
+    // ---- the proxied request -------------------------------------------------------------------
 
     /// Reads a request leniently: everything but the conversation's headers and the user
     /// text's paths (which [`Envelope::from_request`] adds), including the
@@ -33,7 +33,7 @@ pub trait WireProtocol: Sync {
     /// `(header, value)` carrying an upstream API key the way this protocol's API takes it.
     fn credential(&self, key: &str) -> (&'static str, String);
 
-    // ---- answers Herma gives itself ---------------------------------------------------------
+    // ---- answers Herma gives itself ------------------------------------------------------------
 
     /// A direct answer as this protocol's non-streaming response object.
     fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value;
@@ -43,7 +43,7 @@ pub trait WireProtocol: Sync {
     /// exceptions; it carries the same `code` as Herma's own API.
     fn error_body(&self, problem: &Problem) -> Value;
 
-    // ---- the response -----------------------------------------------------------------------
+    // ---- the response --------------------------------------------------------------------------
 
     /// The usage one streamed event reports (its raw JSON, an object when there is one). The
     /// proxy's usage observer reads only this, and only from events that mention `usage`,
@@ -59,7 +59,7 @@ pub trait WireProtocol: Sync {
     /// The answer texts of a whole JSON response body, in order.
     fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str));
 
-    // ---- governed calls ---------------------------------------------------------------------
+    // ---- governed calls ------------------------------------------------------------------------
 
     /// The name a governed call records as its provider (`anthropic_messages`).
     fn provider_name(&self) -> &'static str;
