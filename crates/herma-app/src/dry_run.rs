@@ -8,9 +8,7 @@ use herma_core::governance::Refusal;
 use herma_core::model::ShimmedRef;
 use herma_core::model::{MatchedRule, Tier};
 use herma_core::wire::direct::DirectAnswer;
-use herma_core::wire::{
-    ConversationSource, Envelope, HeaderFacts, InsertKind, Insertion, Protocol, WrapKind,
-};
+use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Insertion, Protocol};
 use herma_core::{CallerScope, Problem};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -126,30 +124,12 @@ pub struct DryRunReport {
 
 /// Where a shim lands, in words.
 pub fn placement(insertion: Option<&Insertion>) -> String {
-    match insertion {
-        None => "nowhere: the request has no message to place context before".into(),
-        Some(Insertion::At { kind, .. }) => match kind {
-            InsertKind::SystemBlockAppend { .. } => "appended as the last block of `system`".into(),
-            InsertKind::SystemMember { .. } => {
-                "as a new `system` block (the request had none)".into()
-            }
-            InsertKind::ChatSystemMessage => {
-                "as a system message just before the latest user message".into()
-            }
-            InsertKind::DeveloperItem => {
-                "as a developer item just before the latest user item in `input`".into()
-            }
-        },
-        Some(Insertion::WrapString { kind, .. }) => match kind {
-            WrapKind::AnthropicSystemString => {
-                "as a second `system` block after the original system text".into()
-            }
-            WrapKind::AnthropicSystemNull => {
-                "as the `system` block (the request's `system` was null)".into()
-            }
-            WrapKind::ResponsesInputString => "as a developer item before the user's input".into(),
-        },
-    }
+    insertion
+        .map_or(
+            "nowhere: the request has no message to place context before",
+            |insertion| insertion.splice.placement,
+        )
+        .into()
 }
 
 /// Which refused built-ins a report names: none in the public preview; for a caller, those

@@ -1,6 +1,6 @@
 //! The request hot path's pure parts: reading an envelope, evaluating tier-1 rules, rendering
-//! a shim and splicing it. Rule evaluation is measured over 100, 1,000 and 10,000 keyword rules
-//! (the index should make these cost about the same).
+//! a shim and splicing it, and watching a relayed stream for usage. Rule evaluation is measured
+//! over 100, 1,000 and 10,000 keyword rules (the index should make these cost about the same).
 
 // A benchmark fails loudly on a broken fixture.
 #![allow(clippy::expect_used)]
@@ -16,6 +16,7 @@ use herma_core::model::{
 };
 use herma_core::rules::RuleSet;
 use herma_core::shim::{ShimEntry, render};
+use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{Envelope, HeaderFacts, Protocol};
 
 const CLAUDE_CODE: &str = include_str!("../fixtures/requests/claude_code_messages.json");
@@ -182,5 +183,130 @@ fn bench_shim(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_rules, bench_envelopes, bench_shim);
+const MESSAGES_START: &str = r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":4123,"cache_creation_input_tokens":0,"cache_read_input_tokens":3900,"output_tokens":1}}}"#;
+const MESSAGES_DELTA: &str = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":48}}"#;
+const CHAT_USAGE: &str = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4123,"completion_tokens":48,"total_tokens":4171,"prompt_tokens_details":{"cached_tokens":3900}}}"#;
+const RESPONSE_IN_PROGRESS: &str =
+    r#"{"id":"resp_1","object":"response","status":"in_progress","output":[],"usage":null}"#;
+const RESPONSE_COMPLETED: &str = r#"{"id":"resp_1","object":"response","status":"completed","usage":{"input_tokens":4123,"input_tokens_details":{"cached_tokens":3900},"output_tokens":48,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":4171}}"#;
+
+/// A streamed answer of 22 events as each protocol's API sends it: the opening events, the
+/// text deltas, the closing events with the usage.
+fn streamed_answer(protocol: Protocol) -> String {
+    let mut events: Vec<(Option<&str>, String)> = Vec::new();
+    match protocol {
+        Protocol::Messages => {
+            events.push((Some("message_start"), MESSAGES_START.to_owned()));
+            events.push((
+                Some("content_block_start"),
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+            ));
+            events.push((Some("ping"), r#"{"type":"ping"}"#.to_owned()));
+            for i in 0..16 {
+                events.push((
+                    Some("content_block_delta"),
+                    format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"word{i} "}}}}"#),
+                ));
+            }
+            events.push((
+                Some("content_block_stop"),
+                r#"{"type":"content_block_stop","index":0}"#.to_owned(),
+            ));
+            events.push((Some("message_delta"), MESSAGES_DELTA.to_owned()));
+            events.push((
+                Some("message_stop"),
+                r#"{"type":"message_stop"}"#.to_owned(),
+            ));
+        }
+        Protocol::ChatCompletions => {
+            // With `include_usage` every chunk carries `"usage":null`, so every one is read.
+            let chunk = |delta: &str, finish: &str| {
+                format!(
+                    r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}],"usage":null}}"#
+                )
+            };
+            events.push((None, chunk(r#"{"role":"assistant","content":""}"#, "null")));
+            for i in 0..18 {
+                events.push((None, chunk(&format!(r#"{{"content":"word{i} "}}"#), "null")));
+            }
+            events.push((None, chunk("{}", r#""stop""#)));
+            events.push((None, CHAT_USAGE.to_owned()));
+            events.push((None, "[DONE]".to_owned()));
+        }
+        Protocol::Responses => {
+            for (n, kind) in ["response.created", "response.in_progress"]
+                .into_iter()
+                .enumerate()
+            {
+                events.push((
+                    Some(kind),
+                    format!(r#"{{"type":"{kind}","sequence_number":{n},"response":{RESPONSE_IN_PROGRESS}}}"#),
+                ));
+            }
+            events.push((
+                Some("response.output_item.added"),
+                r#"{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}"#.to_owned(),
+            ));
+            for i in 0..16 {
+                events.push((
+                    Some("response.output_text.delta"),
+                    format!(r#"{{"type":"response.output_text.delta","sequence_number":{},"item_id":"msg_1","output_index":0,"content_index":0,"delta":"word{i} "}}"#, i + 3),
+                ));
+            }
+            events.push((
+                Some("response.output_text.done"),
+                r#"{"type":"response.output_text.done","sequence_number":19,"item_id":"msg_1","output_index":0,"content_index":0,"text":"…"}"#.to_owned(),
+            ));
+            events.push((
+                Some("response.output_item.done"),
+                r#"{"type":"response.output_item.done","sequence_number":20,"output_index":0,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"…"}]}}"#.to_owned(),
+            ));
+            events.push((
+                Some("response.completed"),
+                format!(r#"{{"type":"response.completed","sequence_number":21,"response":{RESPONSE_COMPLETED}}}"#),
+            ));
+        }
+    }
+    assert_eq!(events.len(), 22);
+    events
+        .into_iter()
+        .map(|(name, data)| match name {
+            Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        })
+        .collect()
+}
+
+/// The proxy's usage observer over a streamed answer, fed in network-sized chunks.
+fn bench_usage(c: &mut Criterion) {
+    let mut group = c.benchmark_group("usage observer, 22 events");
+    for (name, protocol) in [
+        ("messages", Protocol::Messages),
+        ("chat", Protocol::ChatCompletions),
+        ("responses", Protocol::Responses),
+    ] {
+        let body = streamed_answer(protocol);
+        let mut observer = UsageObserver::new(protocol, true);
+        observer.feed(body.as_bytes());
+        assert!(observer.finish().is_some(), "{name}: usage is read");
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut observer = UsageObserver::new(protocol, true);
+                for chunk in black_box(body.as_bytes()).chunks(1400) {
+                    observer.feed(chunk);
+                }
+                black_box(observer.finish())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_rules,
+    bench_envelopes,
+    bench_shim,
+    bench_usage
+);
 criterion_main!(benches);

@@ -4,11 +4,14 @@
 //! [`gate`] (keys, credentials, authorization decisions), [`caller`] (caller scopes and ids),
 //! [`model`] (provisions, context entries, keys, receipts, entities, outcomes), [`settings`]
 //! (`HERMA_*`: the settings table and its reader), [`secret`] (values that never print),
-//! [`contributor`] (the contributor-tier classifier), [`time`] (timestamps).
+//! [`contributor`] (the contributor-tier classifier), [`time`] (timestamps), [`wire`] (the
+//! protocols, one module each), [`call`] (a governed model call, neutrally) and [`evaluation`]
+//! (the pure decisions of tiers 2 and 3).
 //!
 //! Architecture invariant: nothing here does I/O, reads the clock or the environment, or spawns;
 //! the crate builds for `wasm32-unknown-unknown`, so every runtime decides the same way.
 
+pub mod call;
 pub mod caller;
 pub mod contributor;
 pub mod engine;

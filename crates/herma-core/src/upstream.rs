@@ -89,7 +89,7 @@ pub enum CredentialSource {
 pub struct UpstreamTarget {
     pub url: String,
     pub host: String,
-    /// `(header name, value)`: `x-api-key` for Messages, `authorization: Bearer …` otherwise.
+    /// `(header name, value)`, as the protocol sends a key (`Protocol::credential`).
     pub credential: Option<(&'static str, Secret)>,
     pub credential_source: CredentialSource,
 }
@@ -199,13 +199,9 @@ pub fn resolve(
             format!("upstream host `{host}` is not in HERMA_ALLOWED_UPSTREAM_HOSTS"),
         ));
     }
-    let header_name = match ask.protocol {
-        Protocol::Messages => "x-api-key",
-        Protocol::ChatCompletions | Protocol::Responses => "authorization",
-    };
-    let wrap = |key: &str| match ask.protocol {
-        Protocol::Messages => Secret::new(key),
-        _ => Secret::new(format!("Bearer {key}")),
+    let send_key = |key: &str| {
+        let (header, value) = ask.protocol.credential(key);
+        (header, Secret::new(value))
     };
     let caller_key = ask.key_header.map(str::trim).filter(|s| !s.is_empty());
     if caller_key.is_some_and(|k| k.starts_with(crate::key::KEY_PREFIX)) {
@@ -215,7 +211,7 @@ pub fn resolve(
         ));
     }
     let (credential, credential_source) = match caller_key {
-        Some(key) => (Some((header_name, wrap(key))), CredentialSource::Caller),
+        Some(key) => (Some(send_key(key)), CredentialSource::Caller),
         None => match (&settings.key, operator_origin) {
             (Some(key), true) => {
                 if let Some(provider) =
@@ -229,10 +225,7 @@ pub fn resolve(
                         ),
                     ));
                 }
-                (
-                    Some((header_name, wrap(key.expose()))),
-                    CredentialSource::Operator,
-                )
+                (Some(send_key(key.expose())), CredentialSource::Operator)
             }
             // The operator key is bound to its origin: elsewhere the request goes without it.
             _ => (None, CredentialSource::None),

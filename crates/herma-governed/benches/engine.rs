@@ -17,15 +17,14 @@ use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use herma_core::CallerScope;
+use herma_core::call::{Controls, ModelEvent, ModelRequest, Msg, StopReason, Unsupported, Usage};
+use herma_core::wire::Protocol;
 use herma_governed::ports::GovernedPorts;
 use herma_governed::{
     Collector, CollectorLimits, GovernedStepRunner, LoadedRequest, OperationCallInput, Prices,
     SingleCallConfig, SingleCallRunner, StepConfig, StepRun, TextRun,
 };
-use herma_providers::single::{
-    Controls, EventStream, ModelClient, ModelEvent, ModelRequest, Msg, ProviderError, ProviderKind,
-    StopReason, Unsupported, Usage, validate_for,
-};
+use herma_providers::single::{EventStream, ModelClient, ProviderError};
 use herma_store::MemoryGovernedStore;
 use herma_store::governed::{RootOpen, RootRecord, RootStatus};
 
@@ -48,14 +47,14 @@ fn events() -> Vec<Result<ModelEvent, ProviderError>> {
 
 #[async_trait]
 impl ModelClient for Immediate {
-    fn provider(&self) -> ProviderKind {
-        ProviderKind::AnthropicMessages
+    fn protocol(&self) -> Protocol {
+        Protocol::Messages
     }
     fn attempts_per_dispatch(&self) -> u32 {
         1
     }
     fn validate(&self, request: &ModelRequest) -> Result<(), Unsupported> {
-        validate_for(ProviderKind::AnthropicMessages, request)
+        Protocol::Messages.validate(request)
     }
     async fn dispatch(&self, _: &ModelRequest) -> Result<EventStream, ProviderError> {
         Ok(Box::pin(futures_util::stream::iter(events())))

@@ -3,7 +3,7 @@
 //!
 //! The collector is pure: it is fed [`ModelEvent`]s and says whether to keep reading.
 
-use herma_providers::single::{ModelEvent, StopReason, Usage};
+use herma_core::call::{ModelEvent, StopReason, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

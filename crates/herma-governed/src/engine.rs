@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use herma_core::call::{CallTag, ModelEvent, ModelRequest, StopReason, Usage};
+use herma_core::wire::Protocol;
 use herma_core::{CallerScope, Timestamp};
-use herma_providers::single::{
-    CallTag, ModelClient, ModelEvent, ModelRequest, ProviderError, StopReason, Usage,
-};
+use herma_providers::single::{ModelClient, ProviderError};
 use herma_store::StoreError;
 use herma_store::governed::{
     AuditEvent, Claim, ExecutionRecord, ExecutionStatus, GovernedCharge, GovernedPorts,
@@ -808,7 +808,7 @@ impl Engine {
         mut collected: Collected,
         stream_error: Option<ProviderError>,
     ) -> Result<RunOutcome, GovernedError> {
-        let anthropic = plan.meta.provider == "anthropic_messages";
+        let anthropic = plan.meta.provider == Protocol::Messages.provider_name();
         let context_proof = anthropic
             && collected.reference.is_some()
             && !collected.content

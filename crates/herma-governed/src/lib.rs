@@ -6,7 +6,8 @@
 //! into a neutral [`Step`]) and [`StructuredCallRunner`] (a forced tool as an extraction
 //! schema, on the step runner under a root it owns). Their ports are the traits of
 //! [`herma_store::governed`], re-exported as [`ports`]; the provider clients are
-//! [`herma_providers::single`]. See the crate's README for the guarantees.
+//! [`herma_providers::single`], speaking the protocols of [`herma_core::wire`] in the neutral
+//! vocabulary of [`herma_core::call`]. See the crate's README for the guarantees.
 
 mod collector;
 mod engine;

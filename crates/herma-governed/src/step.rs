@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
 use herma_core::{CallerScope, Timestamp};
-use herma_providers::single::{Controls, ModelClient, ModelRequest, Msg, ToolChoice, ToolSpec};
+use herma_providers::single::ModelClient;
 use herma_store::governed::{CallReservation, GovernedPorts, RootStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -343,7 +344,7 @@ impl GovernedStepRunner {
             prices: call.prices,
             day: day_of(now),
             call_id: call_id(&call.scope, &call.operation_key),
-            provider: client.provider().as_str().to_owned(),
+            provider: client.protocol().provider_name().to_owned(),
             consumers: self.config.consumers.clone(),
             rationale: Some(run.rationale),
             refusal: None,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herma_core::CallerScope;
-use herma_providers::single::{Controls, ModelClient, ModelRequest, Msg, ToolChoice, ToolSpec};
+use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
+use herma_providers::single::ModelClient;
 use herma_store::governed::{GovernedPorts, RootOpen, RootRecord, RootStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -174,11 +175,11 @@ fn digest_config(config: &StructuredConfig) -> String {
         "result_retention_ms": config.result_retention.as_millis() as u64,
         "tools": config.tools,
         "max_consecutive_reasoning": config.max_consecutive_reasoning,
-        "provider": config.client.provider().as_str(),
+        "provider": config.client.protocol().provider_name(),
         "clients": config
             .clients
             .iter()
-            .map(|(name, c)| (name.clone(), c.provider().as_str()))
+            .map(|(name, c)| (name.clone(), c.protocol().provider_name()))
             .collect::<std::collections::BTreeMap<_, _>>(),
     });
     hex::encode(Sha256::digest(canonical(&data).as_bytes()))

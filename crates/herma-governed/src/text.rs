@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use herma_core::CallerScope;
-use herma_providers::single::{Controls, ModelClient, ModelRequest, Msg, OutputSchema, ToolChoice};
+use herma_core::call::{Controls, ModelRequest, Msg, OutputSchema, ToolChoice};
+use herma_providers::single::ModelClient;
 use herma_store::governed::GovernedPorts;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -325,7 +326,7 @@ impl SingleCallRunner {
             prices: config.prices,
             day: day_of(now),
             call_id: call_id(&run.scope, &run.operation_key),
-            provider: client.provider().as_str().to_owned(),
+            provider: client.protocol().provider_name().to_owned(),
             consumers: config.consumers.clone(),
             rationale: None,
             refusal: None,

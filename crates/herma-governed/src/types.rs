@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use herma_core::Timestamp;
-use herma_providers::single::{Controls, StopReason, Usage};
+use herma_core::call::{Controls, StopReason, ToolChoice, Usage};
 use herma_store::StoreError;
 use herma_store::governed::{
     ExecutionRecord, ExecutionStatus, GovernedCharge, NotDispatchedCause, RootReceipt,
@@ -120,7 +120,7 @@ pub type PolicyHandle = Arc<dyn CallPolicy>;
 
 /// The controls a policy (if any) leads to, and its refusal.
 pub(crate) struct Resolved {
-    pub controls: herma_providers::single::Controls,
+    pub controls: Controls,
     pub refusal: Option<String>,
     /// The named client chosen (`None`: the default client).
     pub client: Option<String>,
@@ -145,7 +145,7 @@ impl Clients {
 pub(crate) fn apply_policy(
     policy: Option<&PolicyHandle>,
     intent: &str,
-    base: herma_providers::single::Controls,
+    base: Controls,
     cache_override: Option<bool>,
 ) -> Resolved {
     let mut controls = base;
@@ -284,7 +284,7 @@ pub struct Identity {
     pub client: Option<String>,
     /// Absent and an explicit `auto` differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<herma_providers::single::ToolChoice>,
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// What the journal keeps about a call: identity and controls at claim, the outcome at the end.

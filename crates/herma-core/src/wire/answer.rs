@@ -1,5 +1,8 @@
 //! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. Runs
-//! after the response is done, never on the request path.
+//! after the response is done, never on the request path. Where the text is in an event or a
+//! body is the protocol's knowledge
+//! ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
+//! [`WireProtocol::body_text`](super::WireProtocol::body_text)).
 
 use serde_json::Value;
 
@@ -18,50 +21,18 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
         chars += out[before..].chars().count();
     };
 
+    let wire = protocol.wire();
     if streaming {
         let mut reader = Reader::default();
         reader.feed(body, &mut |event| {
-            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
-                return;
-            };
-            let text = match protocol {
-                Protocol::Messages => data["delta"]["text"].as_str(),
-                Protocol::ChatCompletions => data["choices"][0]["delta"]["content"].as_str(),
-                Protocol::Responses if data["type"] == "response.output_text.delta" => {
-                    data["delta"].as_str()
-                }
-                Protocol::Responses => None,
-            };
-            if let Some(text) = text {
+            if let Ok(data) = serde_json::from_str::<Value>(&event.data)
+                && let Some(text) = wire.stream_text(&data)
+            {
                 push(text);
             }
         });
     } else if let Ok(data) = serde_json::from_slice::<Value>(body) {
-        match protocol {
-            Protocol::Messages => {
-                for block in data["content"].as_array().into_iter().flatten() {
-                    if let Some(text) = block["text"].as_str() {
-                        push(text);
-                    }
-                }
-            }
-            Protocol::ChatCompletions => {
-                for choice in data["choices"].as_array().into_iter().flatten() {
-                    if let Some(text) = choice["message"]["content"].as_str() {
-                        push(text);
-                    }
-                }
-            }
-            Protocol::Responses => {
-                for item in data["output"].as_array().into_iter().flatten() {
-                    for part in item["content"].as_array().into_iter().flatten() {
-                        if let Some(text) = part["text"].as_str() {
-                            push(text);
-                        }
-                    }
-                }
-            }
-        }
+        wire.body_text(&data, &mut push);
     }
     out
 }

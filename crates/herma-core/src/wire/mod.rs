@@ -1,74 +1,38 @@
-//! The three wire protocols Herma proxies: OpenAI Chat Completions, OpenAI Responses and
-//! Anthropic Messages.
+//! The wire protocols Herma speaks: Anthropic Messages, OpenAI Chat Completions and OpenAI
+//! Responses, one module each with the same shape ([`WireProtocol`]).
 //!
 //! Proxied bodies are read leniently: Herma picks out what it needs — model, stream flag,
 //! system text, the latest user turn, tools offered and called, tool results, file paths and a
 //! conversation identity — and never refuses a field, role or item type it does not know.
 //! Rewriting splices bytes: everything Herma does not change is forwarded byte for byte.
 //!
-//! Layout: [`Envelope::from_request`] dispatches to [`messages`], [`chat`] and [`responses`];
-//! [`Envelope::with_shim`] places a shim where each protocol expects system context;
-//! [`direct`] renders answers Herma gives itself; [`errors`] renders Herma's errors in each
-//! protocol's own shape; [`sse`] frames and reads event streams; [`paths`] finds file paths.
+//! Layout: [`Protocol`] maps each protocol to its module ([`messages`], [`chat`],
+//! [`responses`]), which knows how to read a request, where a shim goes and what it becomes
+//! there, the direct answer (JSON and SSE), Herma's error in its shape, the upstream credential,
+//! its streaming decoder and, for governed calls ([`crate::call`]), its request encoder, path
+//! and row of the support matrix. Shared machinery: [`Envelope`] (what a request says, and
+//! [`Envelope::with_shim`]), [`direct`] (the direct answer's inputs), [`stream`] (the decoder
+//! over chunks), [`usage`] (the proxy's usage observer), [`answer`] (an answer's text read
+//! back), [`sse`] (framing), [`paths`] (file paths) and the lenient raw-JSON readers.
 
 pub mod answer;
 pub mod chat;
 pub mod direct;
-pub mod errors;
 pub mod messages;
 pub mod paths;
+mod protocol;
+mod raw;
 pub mod responses;
 pub mod sse;
+pub mod stream;
 pub mod usage;
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+pub use protocol::{Protocol, WireProtocol};
+
 use crate::problem::{Problem, ProblemCode};
-
-/// A wire protocol, named by its route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Protocol {
-    /// `POST /v1/chat/completions`
-    ChatCompletions,
-    /// `POST /v1/responses`
-    Responses,
-    /// `POST /v1/messages` (Anthropic)
-    Messages,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 3] = [
-        Protocol::ChatCompletions,
-        Protocol::Responses,
-        Protocol::Messages,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::ChatCompletions => "chat_completions",
-            Protocol::Responses => "responses",
-            Protocol::Messages => "messages",
-        }
-    }
-
-    pub fn path(self) -> &'static str {
-        match self {
-            Protocol::ChatCompletions => "/v1/chat/completions",
-            Protocol::Responses => "/v1/responses",
-            Protocol::Messages => "/v1/messages",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == raw)
-    }
-}
 
 /// Headers that name a conversation, most explicit first.
 pub const CONVERSATION_HEADER: &str = "x-herma-conversation-id";
@@ -132,39 +96,44 @@ impl HeaderFacts {
     }
 }
 
-/// Where a shim goes in this request's bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Insertion {
-    /// Insert `prefix + item + suffix` at `at`.
-    At { at: usize, kind: InsertKind },
-    /// Replace `start..end` (a string value) with a rewritten form around the original text.
-    WrapString {
-        start: usize,
-        end: usize,
-        kind: WrapKind,
-    },
+/// Where a shim goes in a request's bytes, and what it becomes there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insertion {
+    /// The bytes `start..end` are replaced; an empty range inserts at `start`.
+    pub start: usize,
+    pub end: usize,
+    pub splice: &'static Splice,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InsertKind {
-    /// Anthropic: append a text block at the end of the `system` array (`first` when empty).
-    SystemBlockAppend { first: bool },
-    /// Anthropic: no `system` yet: add the member right after the body's `{`.
-    SystemMember { first_member: bool },
-    /// Chat Completions: a system message before the latest user message.
-    ChatSystemMessage,
-    /// Responses: a developer item before the latest user item.
-    DeveloperItem,
+impl Insertion {
+    /// The shim goes in at `at`.
+    pub(crate) fn at(at: usize, splice: &'static Splice) -> Self {
+        Self {
+            start: at,
+            end: at,
+            splice,
+        }
+    }
 }
 
+/// What a shim becomes at one kind of place, as its protocol writes it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// The replacement, in order.
+    pub pieces: &'static [Piece],
+    /// Where that is, in words (dry runs show it).
+    pub placement: &'static str,
+}
+
+/// One part of a splice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WrapKind {
-    /// Anthropic `system` given as a string: becomes `[{text: original}, {text: shim}]`.
-    AnthropicSystemString,
-    /// Anthropic `system: null`: becomes `[{text: shim}]`.
-    AnthropicSystemNull,
-    /// Responses `input` given as a string: becomes `[developer item, user message]`.
-    ResponsesInputString,
+pub enum Piece {
+    /// Literal JSON text.
+    Json(&'static str),
+    /// The shim, as a JSON string.
+    Shim,
+    /// The bytes the splice replaces, as they were.
+    Replaced,
 }
 
 /// What Herma reads from a proxied request.
@@ -216,12 +185,7 @@ impl Envelope {
                 "the body must be a JSON object",
             ));
         }
-        let mut envelope = match protocol {
-            Protocol::Messages => messages::extract(text),
-            Protocol::ChatCompletions => chat::extract(text),
-            Protocol::Responses => responses::extract(text),
-        }
-        .map_err(|e| {
+        let mut envelope = protocol.wire().read(text).map_err(|e| {
             Problem::new(
                 ProblemCode::InvalidJson,
                 format!("the body is not a JSON object: {e}"),
@@ -236,54 +200,20 @@ impl Envelope {
     /// user's prompt and without changing any byte before the insertion point. `None` when the
     /// body has no place for it (no messages at all).
     pub fn with_shim(&self, body: &[u8], shim: &str) -> Option<Vec<u8>> {
-        let insertion = self.insertion.as_ref()?;
+        let Insertion { start, end, splice } = self.insertion?;
+        let replaced = body.get(start..end)?;
+        std::str::from_utf8(replaced).ok()?;
         let shim_json = serde_json::to_string(shim).ok()?;
         let mut out = Vec::with_capacity(body.len() + shim_json.len() + 96);
-        match *insertion {
-            Insertion::At { at, kind } => {
-                let (head, tail) = body.split_at(at.min(body.len()));
-                out.extend_from_slice(head);
-                let piece = match kind {
-                    InsertKind::SystemBlockAppend { first } => {
-                        format!(
-                            "{}{{\"type\":\"text\",\"text\":{shim_json}}}",
-                            if first { "" } else { "," }
-                        )
-                    }
-                    InsertKind::SystemMember { first_member } => format!(
-                        "\"system\":[{{\"type\":\"text\",\"text\":{shim_json}}}]{}",
-                        if first_member { "" } else { "," }
-                    ),
-                    InsertKind::ChatSystemMessage => {
-                        format!("{{\"role\":\"system\",\"content\":{shim_json}}},")
-                    }
-                    InsertKind::DeveloperItem => {
-                        format!("{},", responses::developer_item(&shim_json))
-                    }
-                };
-                out.extend_from_slice(piece.as_bytes());
-                out.extend_from_slice(tail);
-            }
-            Insertion::WrapString { start, end, kind } => {
-                let original = body.get(start..end)?;
-                let original = std::str::from_utf8(original).ok()?;
-                out.extend_from_slice(&body[..start]);
-                let piece = match kind {
-                    WrapKind::AnthropicSystemString => format!(
-                        "[{{\"type\":\"text\",\"text\":{original}}},{{\"type\":\"text\",\"text\":{shim_json}}}]"
-                    ),
-                    WrapKind::AnthropicSystemNull => {
-                        format!("[{{\"type\":\"text\",\"text\":{shim_json}}}]")
-                    }
-                    WrapKind::ResponsesInputString => format!(
-                        "[{},{{\"type\":\"message\",\"role\":\"user\",\"content\":{original}}}]",
-                        responses::developer_item(&shim_json)
-                    ),
-                };
-                out.extend_from_slice(piece.as_bytes());
-                out.extend_from_slice(&body[end..]);
-            }
+        out.extend_from_slice(&body[..start]);
+        for piece in splice.pieces {
+            out.extend_from_slice(match piece {
+                Piece::Json(text) => text.as_bytes(),
+                Piece::Shim => shim_json.as_bytes(),
+                Piece::Replaced => replaced,
+            });
         }
+        out.extend_from_slice(&body[end..]);
         Some(out)
     }
 }
@@ -332,208 +262,6 @@ pub(crate) fn first_message_conversation(raw: Option<&str>) -> Conversation {
             source: ConversationSource::None,
         },
     }
-}
-
-// ---- lenient readers over raw JSON -------------------------------------------------------
-
-/// A JSON object's members as raw values, read leniently: a repeated key keeps its last value
-/// (what most upstream JSON parsers do, so Herma reads the request the way the model's API
-/// will), and anything that is not an object reads as empty.
-#[derive(Debug, Default)]
-pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
-
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ObjVisitor<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for ObjVisitor<'a> {
-            type Value = Obj<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Obj<'a>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
-                    let value: &'a RawValue = map.next_value()?;
-                    members.push((key, value));
-                }
-                Ok(Obj(members))
-            }
-        }
-        deserializer.deserialize_map(ObjVisitor(std::marker::PhantomData))
-    }
-}
-
-impl<'a> Obj<'a> {
-    /// The members of `raw` if it is an object, else none.
-    pub(crate) fn of(raw: Option<&'a RawValue>) -> Obj<'a> {
-        match raw {
-            Some(raw) if raw.get().starts_with('{') => {
-                serde_json::from_str(raw.get()).unwrap_or_default()
-            }
-            _ => Obj::default(),
-        }
-    }
-
-    /// The last value given for `key` (JSON `null` included).
-    pub(crate) fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-
-    pub(crate) fn str(&self, key: &str) -> Option<String> {
-        raw_str(self.get(key))
-    }
-
-    pub(crate) fn array(&self, key: &str) -> Vec<&'a RawValue> {
-        raw_array(self.get(key))
-    }
-}
-
-/// Decodes the body of a JSON string literal, replacing what strict decoding refuses (a lone
-/// surrogate escape) with U+FFFD instead of giving up: Herma must read the text the model will.
-fn unescape_lossy(literal: &str) -> Option<String> {
-    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
-    let mut out = String::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    let mut pending_high: Option<u32> = None;
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            if pending_high.take().is_some() {
-                out.push('\u{FFFD}');
-            }
-            out.push(c);
-            continue;
-        }
-        let escaped = chars.next()?;
-        if escaped != 'u' {
-            if pending_high.take().is_some() {
-                out.push('\u{FFFD}');
-            }
-            out.push(match escaped {
-                'n' => '\n',
-                't' => '\t',
-                'r' => '\r',
-                'b' => '\u{8}',
-                'f' => '\u{c}',
-                other => other,
-            });
-            continue;
-        }
-        let hex: String = chars.by_ref().take(4).collect();
-        let unit = u32::from_str_radix(&hex, 16).ok()?;
-        match (pending_high.take(), unit) {
-            (Some(high), 0xDC00..=0xDFFF) => {
-                let code = 0x10000 + ((high - 0xD800) << 10) + (unit - 0xDC00);
-                out.push(char::from_u32(code).unwrap_or('\u{FFFD}'));
-            }
-            (previous, 0xD800..=0xDBFF) => {
-                if previous.is_some() {
-                    out.push('\u{FFFD}');
-                }
-                pending_high = Some(unit);
-            }
-            (previous, unit) => {
-                if previous.is_some() {
-                    out.push('\u{FFFD}');
-                }
-                out.push(char::from_u32(unit).unwrap_or('\u{FFFD}'));
-            }
-        }
-    }
-    if pending_high.is_some() {
-        out.push('\u{FFFD}');
-    }
-    Some(out)
-}
-
-/// Byte offset of a borrowed raw value inside `body`.
-pub(crate) fn offset_in(body: &str, raw: &RawValue) -> usize {
-    (raw.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize)
-}
-
-pub(crate) fn raw_str(raw: Option<&RawValue>) -> Option<String> {
-    let raw = raw?;
-    if !raw.get().starts_with('"') {
-        return None;
-    }
-    serde_json::from_str(raw.get())
-        .ok()
-        .or_else(|| unescape_lossy(raw.get()))
-}
-
-pub(crate) fn raw_bool(raw: Option<&RawValue>) -> Option<bool> {
-    match raw?.get() {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
-    }
-}
-
-/// The elements of a raw array (empty when it is not one).
-pub(crate) fn raw_array(raw: Option<&RawValue>) -> Vec<&RawValue> {
-    match raw {
-        Some(raw) if raw.get().starts_with('[') => {
-            serde_json::from_str(raw.get()).unwrap_or_default()
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// Pushes `name` unless present or the list is full.
-pub(crate) fn push_unique(list: &mut Vec<String>, name: String, max: usize) {
-    if list.len() < max && !name.is_empty() && !list.contains(&name) {
-        list.push(name);
-    }
-}
-
-/// Truncates to at most `max` characters on a char boundary.
-pub(crate) fn bounded(mut text: String, max: usize) -> String {
-    if let Some((cut, _)) = text.char_indices().nth(max) {
-        text.truncate(cut);
-    }
-    text
-}
-
-/// The position just after the body's opening `{`, and whether the object is empty.
-pub(crate) fn object_open(body: &str) -> Option<(usize, bool)> {
-    let start = body.find('{')? + 1;
-    let rest = body[start..].trim_start();
-    Some((start, rest.starts_with('}')))
-}
-
-/// The position of the closing `]` of a raw array, and whether the array is empty.
-pub(crate) fn array_close(body: &str, raw: &RawValue) -> Option<(usize, bool)> {
-    let start = offset_in(body, raw);
-    let text = raw.get();
-    let close = text.rfind(']')?;
-    let empty = text[1..close].trim().is_empty();
-    Some((start + close, empty))
 }
 
 #[cfg(test)]

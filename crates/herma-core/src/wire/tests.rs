@@ -393,11 +393,11 @@ fn direct_streams_follow_each_protocols_event_sequence() {
 fn errors_use_each_protocols_shape_and_keep_the_code() {
     let problem =
         crate::contributor::refuse_contributor_model("x-contributor", "/model").unwrap_err();
-    let anthropic = errors::body(Protocol::Messages, &problem);
+    let anthropic = Protocol::Messages.error_body(&problem);
     assert_eq!(anthropic["type"], "error");
     assert_eq!(anthropic["error"]["type"], "permission_error");
     assert_eq!(anthropic["error"]["code"], "contributor_tier_refused");
-    let openai = errors::body(Protocol::Responses, &problem);
+    let openai = Protocol::Responses.error_body(&problem);
     assert_eq!(openai["error"]["code"], "contributor_tier_refused");
     assert_eq!(openai["error"]["param"], "/model");
 }
@@ -434,4 +434,116 @@ fn over_long_session_ids_are_digested() {
     let e = extract(Protocol::ChatCompletions, &body);
     assert_eq!(e.conversation.source, ConversationSource::Native);
     assert!(e.conversation.id.starts_with("h:") && e.conversation.id.len() == 34);
+}
+
+#[test]
+fn each_protocol_is_named_the_same_way_everywhere() {
+    for protocol in Protocol::ALL {
+        assert_eq!(Protocol::parse(protocol.as_str()), Some(protocol));
+        assert_eq!(
+            serde_json::to_value(protocol).unwrap(),
+            json!(protocol.as_str())
+        );
+        assert!(protocol.path().starts_with("/v1/"));
+    }
+    assert_eq!(
+        Protocol::ALL.map(Protocol::provider_name),
+        ["chat_completions", "openai_responses", "anthropic_messages"]
+    );
+}
+
+#[test]
+fn direct_answers_decode_with_their_protocols_own_decoder() {
+    use crate::call::{ModelEvent, StopReason};
+    use crate::wire::stream::StreamDecoder;
+    for protocol in Protocol::ALL {
+        let answer = answer(protocol, true);
+        let mut decoder = StreamDecoder::new(protocol);
+        let mut events = Vec::new();
+        decoder.feed(&answer.sse(), &mut |e| events.push(e.unwrap()));
+        assert_eq!(
+            decoder.end(),
+            Ok(()),
+            "{protocol:?} ends with its terminal event"
+        );
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Deploys are frozen.", "{protocol:?}");
+        assert!(events.contains(&ModelEvent::Stop(StopReason::EndTurn)));
+        assert!(
+            matches!(events.last(), Some(ModelEvent::Usage(u)) if *u == Default::default()),
+            "{protocol:?}: zero usage last"
+        );
+    }
+}
+
+#[test]
+fn the_usage_observer_and_the_decoder_read_usage_from_the_same_events() {
+    use crate::call::{ModelEvent, Usage};
+    use crate::wire::stream::StreamDecoder;
+    use crate::wire::usage::UsageObserver;
+    let streams = [
+        (
+            Protocol::Messages,
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":3,\"output_tokens\":1}}}\n\n\
+             event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n\
+             event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            json!({"input_tokens": 12, "cache_read_input_tokens": 3, "output_tokens": 7}),
+            Usage {
+                input_tokens: 12,
+                output_tokens: 7,
+                cache_read_tokens: 3,
+                cache_write_tokens: 0,
+            },
+        ),
+        (
+            Protocol::ChatCompletions,
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n\
+             data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n\
+             data: [DONE]\n\n",
+            json!({"prompt_tokens": 9, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}),
+            Usage {
+                input_tokens: 7,
+                output_tokens: 4,
+                cache_read_tokens: 2,
+                cache_write_tokens: 0,
+            },
+        ),
+        (
+            Protocol::Responses,
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"usage\":null}}\n\n\
+             event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":20,\"output_tokens\":7,\"input_tokens_details\":{\"cached_tokens\":5}}}}\n\n",
+            json!({"input_tokens": 20, "output_tokens": 7, "input_tokens_details": {"cached_tokens": 5}}),
+            Usage {
+                input_tokens: 15,
+                output_tokens: 7,
+                cache_read_tokens: 5,
+                cache_write_tokens: 0,
+            },
+        ),
+    ];
+    for (protocol, stream, raw, neutral) in streams {
+        let mut observer = UsageObserver::new(protocol, true);
+        let mut decoder = StreamDecoder::new(protocol);
+        let mut events = Vec::new();
+        for chunk in stream.as_bytes().chunks(5) {
+            observer.feed(chunk);
+            decoder.feed(chunk, &mut |e| events.push(e.unwrap()));
+        }
+        assert_eq!(
+            observer.finish(),
+            Some(raw),
+            "{protocol:?}: the raw usage, merged"
+        );
+        assert_eq!(
+            events.last(),
+            Some(&ModelEvent::Usage(neutral)),
+            "{protocol:?}"
+        );
+    }
 }

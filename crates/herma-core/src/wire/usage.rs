@@ -1,10 +1,16 @@
 //! Watching a relayed response for the token usage the upstream reports, without changing or
 //! holding back a byte: SSE events are read as they pass; a JSON body is kept (bounded) and
-//! read at the end.
+//! read at the end. Where the usage is in an event or a body is the protocol's knowledge
+//! ([`WireProtocol::event_usage`](super::WireProtocol::event_usage),
+//! [`WireProtocol::body_usage`](super::WireProtocol::body_usage)); the raw usage objects are
+//! kept as the upstream sent them, merged.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use super::Protocol;
+use super::sse::Reader;
 
 /// A response body read only for its `usage` member.
 #[derive(Deserialize)]
@@ -13,8 +19,10 @@ struct UsageOnly<'a> {
     usage: Option<&'a RawValue>,
 }
 
-use super::Protocol;
-use super::sse::Reader;
+/// The top-level `usage` member of a JSON object body (where all three protocols put it).
+pub(crate) fn top_level(body: &[u8]) -> Option<&RawValue> {
+    serde_json::from_slice::<UsageOnly<'_>>(body).ok()?.usage
+}
 
 /// Largest JSON body kept for reading usage; larger bodies are relayed but not read.
 pub const MAX_OBSERVED_JSON: usize = 4 * 1024 * 1024;
@@ -44,25 +52,17 @@ impl UsageObserver {
 
     pub fn feed(&mut self, chunk: &[u8]) {
         if self.streaming {
-            let protocol = self.protocol;
+            let wire = self.protocol.wire();
             let usage = &mut self.usage;
             self.reader.feed(chunk, &mut |event| {
                 // Cheap filter first: most events carry no usage.
                 if !event.data.contains("usage") {
                     return;
                 }
-                if let Ok(data) = serde_json::from_str::<Value>(&event.data) {
-                    let found = match protocol {
-                        Protocol::ChatCompletions => data.get("usage"),
-                        Protocol::Responses => data.get("response").and_then(|r| r.get("usage")),
-                        Protocol::Messages => data
-                            .get("message")
-                            .and_then(|m| m.get("usage"))
-                            .or_else(|| data.get("usage")),
-                    };
-                    if let Some(Value::Object(found)) = found {
-                        merge(usage, found);
-                    }
+                if let Some(raw) = wire.event_usage(&event.data)
+                    && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw.get())
+                {
+                    merge(usage, &found);
                 }
             });
         } else if !self.overflowed {
@@ -80,8 +80,7 @@ impl UsageObserver {
         if !self.streaming
             && !self.overflowed
             && self.json.trim_ascii_start().first() == Some(&b'{')
-            && let Ok(UsageOnly { usage: Some(raw) }) =
-                serde_json::from_slice::<UsageOnly<'_>>(&self.json)
+            && let Some(raw) = self.protocol.wire().body_usage(&self.json)
             && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw.get())
         {
             merge(&mut self.usage, &found);
@@ -133,6 +132,18 @@ mod tests {
         assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
         let mut o = UsageObserver::new(Protocol::Messages, false);
         o.feed(b"not json");
+        assert_eq!(o.finish(), None);
+    }
+
+    #[test]
+    fn only_the_usage_of_an_event_is_decoded() {
+        // A text a strict decoder refuses (a lone surrogate) does not hide the usage beside it.
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
+        o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}],\"usage\":{\"total_tokens\":3}}\n\n");
+        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        // Events that are not JSON, or whose usage is not an object, report none.
+        let mut o = UsageObserver::new(Protocol::Messages, true);
+        o.feed(b"data: {\"usage\":\n\ndata: {\"usage\":null}\n\ndata: {\"message\":{\"usage\":[1]}}\n\n");
         assert_eq!(o.finish(), None);
     }
 }

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use herma_core::CallerScope;
+use herma_core::wire::Protocol;
 use herma_governed::ports::{ExecutionStatus, GovernedPorts};
 use herma_governed::{Clock, GovernedStepRunner, SingleCallRunner, ViewState};
-use herma_providers::single::ProviderKind;
 
 use crate::on_all_backends;
 use crate::step::{StepHarness, step_config, tool_answer};
@@ -139,7 +139,7 @@ async fn step_calls_recover_from_a_crash_before_every_write(backend: Backend) {
         "root slot, claim, reserve, audit, dispatch fence, usage, settle, root receipt, envelope, complete, audit"
     );
     for step in 1..=total {
-        let client = ScriptedClient::new(ProviderKind::AnthropicMessages, tool_answer());
+        let client = ScriptedClient::new(Protocol::Messages, tool_answer());
         let crashing = Flaky::new(base.clone(), FailWhen::FromWrite(step));
         let h = StepHarness {
             runner: GovernedStepRunner::new(step_config(
@@ -195,7 +195,7 @@ async fn step_calls_recover_from_a_crash_before_every_write(backend: Backend) {
 /// One successful step call on `base` through a counting wrapper (the root is opened
 /// directly on the stores, uncounted).
 async fn step_probe(base: GovernedPorts) -> StepHarness {
-    let client = ScriptedClient::new(ProviderKind::AnthropicMessages, tool_answer());
+    let client = ScriptedClient::new(Protocol::Messages, tool_answer());
     let flaky = Flaky::new(base, FailWhen::Never);
     let clock = clock();
     let h = StepHarness {

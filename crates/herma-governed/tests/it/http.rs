@@ -10,11 +10,12 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use herma_core::call::{Msg, ToolChoice};
 use herma_governed::{
     Outcome, OutputContract, SingleCallConfig, SingleCallRunner, StructuredCallRunner,
     StructuredConfig, StructuredRun, TextRun, ViewState,
 };
-use herma_providers::single::{ClientTimeouts, Msg, SingleDispatchClient, ToolChoice};
+use herma_providers::single::{ClientTimeouts, SingleDispatchClient};
 use serde_json::{Value, json};
 
 use crate::step::extract_tool;

@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use herma_core::call::{ModelEvent, Msg, StopReason};
+use herma_core::wire::Protocol;
 use herma_governed::ports::ExecutionStatus;
 use herma_governed::{LoadedRequest, UsageQuery};
-use herma_providers::single::{ModelEvent, Msg, ProviderError, ProviderKind, StopReason};
+use herma_providers::single::ProviderError;
 use proptest::prelude::*;
 
 use crate::step::{StepHarness, extract_tool, step_harness};
@@ -102,14 +104,9 @@ fn run_of(h: &StepHarness, k: u8) -> herma_governed::StepRun {
 }
 
 async fn check(backend: Backend, ops: Vec<Op>, scripts: Vec<Script>) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |c| {
-            c.run_timeout = Duration::from_secs(5);
-        },
-    )
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |c| {
+        c.run_timeout = Duration::from_secs(5);
+    })
     .await;
     for s in scripts {
         h.client.queue(items(s));

@@ -4,15 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herma_core::CallerScope;
+use herma_core::call::{Controls, ModelEvent, Msg, StopReason, ToolChoice, ToolSpec};
+use herma_core::wire::Protocol;
 use herma_governed::ports::{GovernedPorts, RootRecord, RootStatus};
 use herma_governed::{
     Clock, GovernedError, GovernedStepRunner, Interruption, InvalidReason, LoadedRequest,
     OperationCallInput, OrderEntry, Outcome, StepConfig, StepRun, UsageQuery, ViewState,
     is_step_interruption,
 };
-use herma_providers::single::{
-    Controls, ModelEvent, Msg, ProviderError, ProviderKind, StopReason, ToolChoice, ToolSpec,
-};
+use herma_providers::single::ProviderError;
 use serde_json::json;
 
 use crate::on_all_backends;
@@ -40,7 +40,7 @@ pub fn step_config(
 
 pub async fn step_harness(
     backend: Backend,
-    kind: ProviderKind,
+    kind: Protocol,
     when: FailWhen,
     adjust: impl FnOnce(&mut StepConfig),
 ) -> StepHarness {
@@ -168,13 +168,7 @@ fn forced() -> Option<ToolChoice> {
 }
 
 async fn a_step_keeps_its_blocks_in_order_with_one_charge_and_one_root_receipt(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     let outcome = h.runner.run(h.run("call-1", forced())).await.unwrap();
     assert_eq!(outcome.view.state, ViewState::Completed);
     let step = outcome.view.envelope().unwrap().step.clone().unwrap();
@@ -241,14 +235,9 @@ async fn a_step_keeps_its_blocks_in_order_with_one_charge_and_one_root_receipt(b
 }
 
 async fn each_invalid_reason_is_reported_by_the_run_and_never_stored(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |c| {
-            c.max_output_chars = Some(200);
-        },
-    )
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |c| {
+        c.max_output_chars = Some(200);
+    })
     .await;
     let end = || {
         vec![
@@ -310,13 +299,7 @@ async fn each_invalid_reason_is_reported_by_the_run_and_never_stored(backend: Ba
 }
 
 async fn a_reasoning_loop_is_cut_and_left_for_reconciliation(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::OpenAiResponses,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Responses, FailWhen::Never, |_| {}).await;
     let thought = || {
         ev(ModelEvent::Reasoning(
             json!({"type": "reasoning", "summary": []}),
@@ -358,13 +341,7 @@ async fn a_reasoning_loop_is_cut_and_left_for_reconciliation(backend: Backend) {
 }
 
 async fn malformed_tool_arguments_keep_an_empty_input_and_a_marker(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::ChatCompletions,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::ChatCompletions, FailWhen::Never, |_| {}).await;
     h.client.queue(vec![
         ev(ModelEvent::Reference("chatcmpl".into())),
         ev(ModelEvent::ToolCall {
@@ -392,14 +369,9 @@ async fn malformed_tool_arguments_keep_an_empty_input_and_a_marker(backend: Back
 }
 
 async fn the_run_timeout_and_cancellation_are_step_interruptions(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |c| {
-            c.run_timeout = Duration::from_millis(300);
-        },
-    )
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |c| {
+        c.run_timeout = Duration::from_millis(300);
+    })
     .await;
     h.client
         .queue(vec![ev(ModelEvent::Reference("m".into())), Item::Hang]);
@@ -440,26 +412,14 @@ async fn the_run_timeout_and_cancellation_are_step_interruptions(backend: Backen
     assert!(is_step_interruption(&err));
 
     // A store failure is never an interruption.
-    let broken = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::FromWrite(4),
-        |_| {},
-    )
-    .await;
+    let broken = step_harness(backend, Protocol::Messages, FailWhen::FromWrite(4), |_| {}).await;
     let err = broken.runner.run(broken.run("x", None)).await.unwrap_err();
     assert!(matches!(err, GovernedError::Store(_)));
     assert!(!is_step_interruption(&err));
 }
 
 async fn a_clean_anthropic_context_rejection_settles_at_zero_with_a_refusal(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     h.client.queue(vec![
         ev(ModelEvent::Reference("msg_ctx".into())),
         ev(ModelEvent::Stop(StopReason::ContextWindowExceeded)),
@@ -493,13 +453,7 @@ async fn a_clean_anthropic_context_rejection_settles_at_zero_with_a_refusal(back
 }
 
 async fn a_pre_stream_rejection_completes_unavailable_at_zero(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::OpenAiResponses,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Responses, FailWhen::Never, |_| {}).await;
     h.client.queue(vec![
         ev(ModelEvent::Reference("req_123".into())),
         Item::Fail(ProviderError::Rejected { status: 400 }),
@@ -520,14 +474,8 @@ async fn a_pre_stream_rejection_completes_unavailable_at_zero(backend: Backend) 
 
 async fn an_explicit_tool_choice_is_checked_against_the_actual_tools(backend: Backend) {
     // A client whose own validator checks nothing: the runner still checks.
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
-    let lax = ScriptedClient::without_validation(ProviderKind::AnthropicMessages, tool_answer());
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
+    let lax = ScriptedClient::without_validation(Protocol::Messages, tool_answer());
     let mut config = step_config(h.flaky.ports(), lax.clone(), h.clock.clone());
     config.max_output_chars = Some(10_000);
     let runner = GovernedStepRunner::new(config).unwrap();
@@ -574,13 +522,7 @@ async fn an_explicit_tool_choice_is_checked_against_the_actual_tools(backend: Ba
 }
 
 async fn a_closed_root_admits_no_new_call(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     h.runner.run(h.run("before", None)).await.unwrap();
     h.flaky
         .ports()
@@ -601,13 +543,7 @@ async fn a_closed_root_admits_no_new_call(backend: Backend) {
 }
 
 async fn usage_reconciliation_is_scoped_to_the_root(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     h.open_root("root-2").await;
     h.runner.run(h.run("a", None)).await.unwrap();
     let mut other = h.run("b", None);
@@ -631,17 +567,12 @@ async fn usage_reconciliation_is_scoped_to_the_root(backend: Backend) {
 }
 
 async fn a_root_block_cap_counts_the_inclusive_root_cost(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |c| {
-            c.caps.root = Some(herma_governed::Cap {
-                limit_micros: 5_000,
-                mode: herma_governed::CapMode::Block,
-            });
-        },
-    )
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |c| {
+        c.caps.root = Some(herma_governed::Cap {
+            limit_micros: 5_000,
+            mode: herma_governed::CapMode::Block,
+        });
+    })
     .await;
     let first = h.runner.run(h.run("a", None)).await.unwrap();
     assert_eq!(first.view.envelope().unwrap().outcome, Outcome::Blocked);
@@ -653,13 +584,7 @@ async fn a_root_block_cap_counts_the_inclusive_root_cost(backend: Backend) {
 }
 
 async fn a_changed_identity_conflicts_and_another_root_is_left_untouched(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     h.open_root("root-2").await;
     h.runner.run(h.run("k", None)).await.unwrap();
     type Change = Box<dyn Fn(&mut OperationCallInput)>;
@@ -714,13 +639,7 @@ async fn a_changed_identity_conflicts_and_another_root_is_left_untouched(backend
 }
 
 async fn a_new_call_past_its_deadline_is_refused_before_any_write(backend: Backend) {
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     let mut run = h.run("late", None);
     run.call.deadline_at = h.clock.now();
     assert_eq!(
@@ -758,13 +677,7 @@ async fn a_new_call_past_its_deadline_is_refused_before_any_write(backend: Backe
 
 async fn recover_repairs_the_receipts_of_a_completed_call(backend: Backend) {
     use herma_governed::ports::{Claim, ExecutionRecord, ExecutionStatus};
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |_| {},
-    )
-    .await;
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |_| {}).await;
     // A completed call whose financial receipts never landed (an older writer crashed).
     h.runner.run(h.run("donor", None)).await.unwrap();
     let ports = h.flaky.ports();
@@ -812,15 +725,10 @@ async fn recover_repairs_the_receipts_of_a_completed_call(backend: Backend) {
 }
 
 async fn a_planned_call_names_its_client(backend: Backend) {
-    let other = ScriptedClient::new(ProviderKind::OpenAiResponses, tool_answer());
-    let h = step_harness(
-        backend,
-        ProviderKind::AnthropicMessages,
-        FailWhen::Never,
-        |c| {
-            c.clients.insert("openai".into(), other.clone());
-        },
-    )
+    let other = ScriptedClient::new(Protocol::Responses, tool_answer());
+    let h = step_harness(backend, Protocol::Messages, FailWhen::Never, |c| {
+        c.clients.insert("openai".into(), other.clone());
+    })
     .await;
     let mut run = h.run("routed", None);
     run.call.client = Some("openai".into());

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herma_core::CallerScope;
+use herma_core::call::{Msg, ToolChoice, ToolSpec};
+use herma_core::wire::Protocol;
 use herma_governed::ports::{RootRecord, RootStatus};
 use herma_governed::{
     Clock, GovernedError, InputLoader, Outcome, StructuredCallRunner, StructuredConfig,
     StructuredRun, UsageQuery, ViewState, structured_id,
 };
-use herma_providers::single::{Msg, ProviderKind, ToolChoice, ToolSpec};
 use serde_json::json;
 
 use crate::on_all_backends;
@@ -45,7 +46,7 @@ fn structured_config(
 }
 
 async fn harness(backend: Backend) -> Harness {
-    let client = ScriptedClient::new(ProviderKind::AnthropicMessages, tool_answer());
+    let client = ScriptedClient::new(Protocol::Messages, tool_answer());
     let flaky = Flaky::new(ports(backend).await, FailWhen::Never);
     let clock = clock();
     Harness {

@@ -7,13 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use herma_core::call::{ModelEvent, ModelRequest, StopReason, Unsupported, Usage};
+use herma_core::wire::Protocol;
 use herma_core::{CallerScope, Timestamp};
 use herma_governed::ports::*;
 use herma_governed::{ManualClock, Prices};
-use herma_providers::single::{
-    EventStream, ModelClient, ModelEvent, ModelRequest, ProviderError, ProviderKind, StopReason,
-    Unsupported, Usage, validate_for,
-};
+use herma_providers::single::{EventStream, ModelClient, ProviderError};
 use herma_store::{MemoryGovernedStore, StoreError, StoreResult};
 
 #[derive(Clone, Copy, Debug)]
@@ -118,7 +117,7 @@ pub fn text_answer(text: &str, used: Usage) -> Vec<Item> {
 
 /// A provider in process: every dispatch takes the next script (or the default), counted.
 pub struct ScriptedClient {
-    kind: ProviderKind,
+    kind: Protocol,
     attempts: u32,
     /// When false, `validate` accepts everything (a custom client that checks nothing).
     validates: bool,
@@ -130,7 +129,7 @@ pub struct ScriptedClient {
 }
 
 impl ScriptedClient {
-    pub fn new(kind: ProviderKind, default: Vec<Item>) -> Arc<Self> {
+    pub fn new(kind: Protocol, default: Vec<Item>) -> Arc<Self> {
         Arc::new(Self {
             kind,
             attempts: 1,
@@ -144,17 +143,17 @@ impl ScriptedClient {
     }
 
     pub fn anthropic(default: Vec<Item>) -> Arc<Self> {
-        Self::new(ProviderKind::AnthropicMessages, default)
+        Self::new(Protocol::Messages, default)
     }
 
-    pub fn with_attempts(kind: ProviderKind, attempts: u32) -> Arc<Self> {
+    pub fn with_attempts(kind: Protocol, attempts: u32) -> Arc<Self> {
         Arc::new(Self {
             attempts,
             ..Arc::into_inner(Self::new(kind, Vec::new())).unwrap()
         })
     }
 
-    pub fn without_validation(kind: ProviderKind, default: Vec<Item>) -> Arc<Self> {
+    pub fn without_validation(kind: Protocol, default: Vec<Item>) -> Arc<Self> {
         Arc::new(Self {
             validates: false,
             ..Arc::into_inner(Self::new(kind, default)).unwrap()
@@ -204,7 +203,7 @@ impl Drop for DropWatch {
 
 #[async_trait]
 impl ModelClient for ScriptedClient {
-    fn provider(&self) -> ProviderKind {
+    fn protocol(&self) -> Protocol {
         self.kind
     }
 
@@ -214,7 +213,7 @@ impl ModelClient for ScriptedClient {
 
     fn validate(&self, request: &ModelRequest) -> Result<(), Unsupported> {
         if self.validates {
-            validate_for(self.kind, request)
+            self.kind.validate(request)
         } else {
             Ok(())
         }

@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herma_core::CallerScope;
+use herma_core::call::{ModelEvent, Msg, StopReason, ToolChoice};
+use herma_core::wire::Protocol;
 use herma_governed::ports::{ExecutionStatus, NotDispatchedCause};
 use herma_governed::{
     Cap, CapMode, Caps, Clock, GovernedError, InputLoader, Interruption, LoadError, Outcome,
     Output, OutputContract, SingleCallConfig, SingleCallRunner, TextRun, UsageQuery, ViewState,
     is_step_interruption,
 };
-use herma_providers::single::{ModelEvent, Msg, ProviderKind, StopReason, ToolChoice};
 use serde_json::json;
 
 use crate::on_all_backends;
@@ -44,12 +45,12 @@ pub async fn harness_with(
     when: FailWhen,
     adjust: impl FnOnce(&mut SingleCallConfig),
 ) -> Harness {
-    harness_on(backend, ProviderKind::AnthropicMessages, when, adjust).await
+    harness_on(backend, Protocol::Messages, when, adjust).await
 }
 
 pub async fn harness_on(
     backend: Backend,
-    kind: ProviderKind,
+    kind: Protocol,
     when: FailWhen,
     adjust: impl FnOnce(&mut SingleCallConfig),
 ) -> Harness {
@@ -423,14 +424,9 @@ async fn json_output_is_validated_and_invalid_output_is_settled_but_not_stored(b
         schema: json!({"type": "object"}),
         validate: Arc::new(move |v| valid && v.get("ok").is_some()),
     };
-    let h = harness_on(
-        backend,
-        ProviderKind::OpenAiResponses,
-        FailWhen::Never,
-        |c| {
-            c.output = Some(contract(true));
-        },
-    )
+    let h = harness_on(backend, Protocol::Responses, FailWhen::Never, |c| {
+        c.output = Some(contract(true));
+    })
     .await;
     h.client.queue(text_answer("{\"ok\": true}", usage(10, 10)));
     let good = h.runner.run(h.run("good")).await.unwrap();
@@ -635,7 +631,7 @@ async fn usage_reconciliation_pages_and_acknowledges_only_durable_accounting(bac
 
 async fn clients_that_retry_are_refused(backend: Backend) {
     let ports = ports(backend).await;
-    let client = ScriptedClient::with_attempts(ProviderKind::OpenAiResponses, 3);
+    let client = ScriptedClient::with_attempts(Protocol::Responses, 3);
     let config = SingleCallConfig::new(ports, client, "gpt-test");
     assert!(matches!(
         SingleCallRunner::new(config),
@@ -856,11 +852,8 @@ async fn a_dropped_run_fences_its_claim_or_drains_its_dispatch(backend: Backend)
 }
 
 async fn the_policy_routes_to_a_named_client(backend: Backend) {
-    let openai = ScriptedClient::new(
-        ProviderKind::OpenAiResponses,
-        text_answer("hi", usage(10, 1)),
-    );
-    let retrying = ScriptedClient::with_attempts(ProviderKind::ChatCompletions, 2);
+    let openai = ScriptedClient::new(Protocol::Responses, text_answer("hi", usage(10, 1)));
+    let retrying = ScriptedClient::with_attempts(Protocol::ChatCompletions, 2);
     let h = harness_with(backend, FailWhen::Never, |c| {
         c.policy = Some(Arc::new(ByIntent));
         c.clients.insert("openai".into(), openai.clone());

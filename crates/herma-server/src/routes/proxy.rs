@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use herma_app::metrics::{ProxyOutcome, RequestAction};
 use herma_app::proxy::{ProxyReply, ProxyRequest, ProxyRoute};
 use herma_core::gate::{Principal, Requirement};
-use herma_core::wire::{Protocol, errors};
+use herma_core::wire::Protocol;
 use herma_core::{Problem, ProblemCode};
 
 use crate::AppState;
@@ -23,7 +23,7 @@ pub struct ProtocolError(pub Protocol, pub Problem);
 impl IntoResponse for ProtocolError {
     fn into_response(self) -> Response {
         let status = status_of(self.1.code);
-        let mut response = (status, errors::body(self.0, &self.1).to_string()).into_response();
+        let mut response = (status, self.0.error_body(&self.1).to_string()).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

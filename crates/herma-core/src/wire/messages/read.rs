@@ -1,32 +1,83 @@
-//! Anthropic Messages: `system` (string or text blocks), `messages` with `tool_use` and
-//! `tool_result` blocks, `tools`, `metadata.user_id`.
+//! Reading a Messages request: `system` (string or text blocks), `messages` with `tool_use`
+//! and `tool_result` blocks, `tools`, `metadata.user_id`; and where a shim goes (a text block
+//! at the end of `system`, after the harness's cache-marked blocks).
 
 use serde_json::value::RawValue;
 
-use super::{
-    Envelope, InsertKind, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Obj,
-    Protocol, WrapKind, array_close, bounded, first_message_conversation, native_conversation,
-    object_open, offset_in, paths, push_unique, raw_array, raw_bool, raw_str,
+use crate::wire::raw::{
+    Obj, array_close, bounded, content_text, object_open, offset_in, push_unique, raw_array,
+    raw_bool, raw_str,
+};
+use crate::wire::{
+    Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
+    Splice, first_message_conversation, native_conversation, paths,
 };
 
-/// Text of a string-or-blocks content: the string, or the blocks of `text_types` joined.
-pub(crate) fn content_text(content: Option<&RawValue>, text_types: &[&str]) -> Option<String> {
-    let content = content?;
-    if let Some(text) = raw_str(Some(content)) {
-        return Some(text);
-    }
-    let parts: Vec<String> = raw_array(Some(content))
-        .into_iter()
-        .map(|block| Obj::of(Some(block)))
-        .filter(|block| {
-            block
-                .str("type")
-                .is_some_and(|kind| text_types.contains(&kind.as_str()))
-        })
-        .filter_map(|block| block.str("text"))
-        .collect();
-    (!parts.is_empty()).then(|| parts.join("\n"))
-}
+// ---- where a shim goes ------------------------------------------------------------------
+
+/// A `system` array with blocks: the shim is appended as its last block.
+static APPEND_BLOCK: Splice = Splice {
+    pieces: &[
+        Piece::Json(",{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}"),
+    ],
+    placement: "appended as the last block of `system`",
+};
+
+/// An empty `system` array: the shim is its only block.
+static FIRST_BLOCK: Splice = Splice {
+    pieces: &[
+        Piece::Json("{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}"),
+    ],
+    placement: "appended as the last block of `system`",
+};
+
+/// No `system`: the member is added right after the body's `{`, before the others.
+static NEW_SYSTEM: Splice = Splice {
+    pieces: &[
+        Piece::Json("\"system\":[{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}],"),
+    ],
+    placement: "as a new `system` block (the request had none)",
+};
+
+/// No `system` in an empty body object.
+static ONLY_SYSTEM: Splice = Splice {
+    pieces: &[
+        Piece::Json("\"system\":[{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}]"),
+    ],
+    placement: "as a new `system` block (the request had none)",
+};
+
+/// `system` given as a string: it becomes `[{text: original}, {text: shim}]`.
+static WRAP_SYSTEM_STRING: Splice = Splice {
+    pieces: &[
+        Piece::Json("[{\"type\":\"text\",\"text\":"),
+        Piece::Replaced,
+        Piece::Json("},{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}]"),
+    ],
+    placement: "as a second `system` block after the original system text",
+};
+
+/// `system: null`: it becomes `[{text: shim}]`.
+static REPLACE_NULL_SYSTEM: Splice = Splice {
+    pieces: &[
+        Piece::Json("[{\"type\":\"text\",\"text\":"),
+        Piece::Shim,
+        Piece::Json("}]"),
+    ],
+    placement: "as the `system` block (the request's `system` was null)",
+};
+
+// ---- reading ------------------------------------------------------------------------------
 
 /// The session id inside Claude Code's `metadata.user_id`, which is a JSON string embedding
 /// device and session ids (older versions: `user_…_account_…_session_<uuid>`).
@@ -44,7 +95,7 @@ fn session_from_user_id(user_id: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
+pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
     let parsed: Vec<(String, Option<&RawValue>, &RawValue)> = top
         .array("messages")
@@ -126,31 +177,23 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
         match system_raw {
             Some(raw) => {
                 let start = offset_in(body, raw);
-                let end = start + raw.get().len();
+                let wrap = |splice| Insertion {
+                    start,
+                    end: start + raw.get().len(),
+                    splice,
+                };
                 match raw.get().as_bytes().first() {
-                    Some(b'"') => Some(Insertion::WrapString {
-                        start,
-                        end,
-                        kind: WrapKind::AnthropicSystemString,
-                    }),
-                    Some(b'n') => Some(Insertion::WrapString {
-                        start,
-                        end,
-                        kind: WrapKind::AnthropicSystemNull,
-                    }),
-                    Some(b'[') => array_close(body, raw).map(|(at, empty)| Insertion::At {
-                        at,
-                        kind: InsertKind::SystemBlockAppend { first: empty },
+                    Some(b'"') => Some(wrap(&WRAP_SYSTEM_STRING)),
+                    Some(b'n') => Some(wrap(&REPLACE_NULL_SYSTEM)),
+                    Some(b'[') => array_close(body, raw).map(|(at, empty)| {
+                        Insertion::at(at, if empty { &FIRST_BLOCK } else { &APPEND_BLOCK })
                     }),
                     // A `system` Herma cannot read: leave the request as it is.
                     _ => None,
                 }
             }
-            None => object_open(body).map(|(at, empty)| Insertion::At {
-                at,
-                kind: InsertKind::SystemMember {
-                    first_member: empty,
-                },
+            None => object_open(body).map(|(at, empty)| {
+                Insertion::at(at, if empty { &ONLY_SYSTEM } else { &NEW_SYSTEM })
             }),
         }
     };

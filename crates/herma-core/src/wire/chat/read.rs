@@ -1,13 +1,23 @@
-//! OpenAI Chat Completions: `messages` with `system`/`developer` roles, assistant
-//! `tool_calls` and `tool` results, `tools[].function.name`.
+//! Reading a Chat Completions request: `messages` with `system`/`developer` roles, assistant
+//! `tool_calls` and `tool` results, `tools[].function.name`; and where a shim goes (a system
+//! message just before the latest user message).
 
 use serde_json::value::RawValue;
 
-use super::messages::content_text;
-use super::{
-    Envelope, InsertKind, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Obj,
-    Protocol, bounded, first_message_conversation, native_conversation, offset_in, paths,
-    push_unique, raw_bool,
+use crate::wire::raw::{Obj, bounded, content_text, offset_in, push_unique, raw_bool};
+use crate::wire::{
+    Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
+    Splice, first_message_conversation, native_conversation, paths,
+};
+
+/// A system message inserted before the latest user message.
+static SYSTEM_MESSAGE: Splice = Splice {
+    pieces: &[
+        Piece::Json("{\"role\":\"system\",\"content\":"),
+        Piece::Shim,
+        Piece::Json("},"),
+    ],
+    placement: "as a system message just before the latest user message",
 };
 
 /// Text parts of a chat `content` (a string, or parts of type `text`).
@@ -16,7 +26,7 @@ fn text_of(content: Option<&RawValue>) -> Option<String> {
 }
 
 /// The name of a tool definition: `function.name`, `custom.name` or `name`.
-pub(crate) fn tool_name(tool: &Obj<'_>) -> Option<String> {
+pub(in crate::wire) fn tool_name(tool: &Obj<'_>) -> Option<String> {
     tool.get("function")
         .or(tool.get("custom"))
         .map(|f| Obj::of(Some(f)))
@@ -24,7 +34,7 @@ pub(crate) fn tool_name(tool: &Obj<'_>) -> Option<String> {
         .or_else(|| tool.str("name"))
 }
 
-pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
+pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
     let parsed: Vec<(String, Obj<'_>, &RawValue)> = top
         .array("messages")
@@ -104,10 +114,7 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
             )
         });
 
-    let insertion = last_user.map(|i| Insertion::At {
-        at: offset_in(body, parsed[i].2),
-        kind: InsertKind::ChatSystemMessage,
-    });
+    let insertion = last_user.map(|i| Insertion::at(offset_in(body, parsed[i].2), &SYSTEM_MESSAGE));
 
     Ok(Envelope {
         protocol: Protocol::ChatCompletions,

@@ -1,24 +1,53 @@
-//! OpenAI Responses: `instructions`, `input` (a string or items: messages, `function_call`,
-//! `function_call_output`, `custom_tool_call`, `local_shell_call`, `additional_tools`, …),
-//! `tools`, `prompt_cache_key`.
+//! Reading a Responses request: `instructions`, `input` (a string or items: messages,
+//! `function_call`, `function_call_output`, `custom_tool_call`, `local_shell_call`,
+//! `additional_tools`, …), `tools`, `prompt_cache_key`; and where a shim goes (a developer item
+//! just before the latest user item).
 
 use serde_json::value::RawValue;
 
-use super::chat::tool_name as chat_tool_name;
-use super::messages::content_text;
-use super::{
-    Conversation, ConversationSource, Envelope, InsertKind, Insertion, MAX_TOOL_NAMES,
-    MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Obj, Protocol, WrapKind, bounded,
-    first_message_conversation, native_conversation, offset_in, paths, push_unique, raw_bool,
-    raw_str,
+use crate::wire::chat::tool_name as chat_tool_name;
+use crate::wire::raw::{
+    Obj, bounded, content_text, offset_in, push_unique, raw_array, raw_bool, raw_str,
+};
+use crate::wire::{
+    Conversation, ConversationSource, Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS,
+    MAX_TOOL_RESULTS, Piece, Protocol, Splice, first_message_conversation, native_conversation,
+    paths,
 };
 
-/// The developer item a shim becomes (`shim_json` is an encoded JSON string).
-pub(crate) fn developer_item(shim_json: &str) -> String {
-    format!(
-        "{{\"type\":\"message\",\"role\":\"developer\",\"content\":[{{\"type\":\"input_text\",\"text\":{shim_json}}}]}}"
-    )
-}
+// ---- where a shim goes ------------------------------------------------------------------
+
+/// The developer item a shim becomes, opened and closed around the shim.
+const DEVELOPER_OPEN: &str =
+    "{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":";
+const DEVELOPER_CLOSE: &str = "}]}";
+
+/// A developer item inserted before the latest user item.
+static DEVELOPER_ITEM: Splice = Splice {
+    pieces: &[
+        Piece::Json(DEVELOPER_OPEN),
+        Piece::Shim,
+        Piece::Json(DEVELOPER_CLOSE),
+        Piece::Json(","),
+    ],
+    placement: "as a developer item just before the latest user item in `input`",
+};
+
+/// `input` given as a string: it becomes `[developer item, user message]`.
+static WRAP_INPUT_STRING: Splice = Splice {
+    pieces: &[
+        Piece::Json("["),
+        Piece::Json(DEVELOPER_OPEN),
+        Piece::Shim,
+        Piece::Json(DEVELOPER_CLOSE),
+        Piece::Json(",{\"type\":\"message\",\"role\":\"user\",\"content\":"),
+        Piece::Replaced,
+        Piece::Json("}]"),
+    ],
+    placement: "as a developer item before the user's input",
+};
+
+// ---- reading ------------------------------------------------------------------------------
 
 fn text_of(content: Option<&RawValue>) -> Option<String> {
     content_text(content, &["input_text", "text", "output_text"])
@@ -32,7 +61,7 @@ fn tool_name(tool: &RawValue) -> String {
         .unwrap_or_default()
 }
 
-pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
+pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
     let mut tools_offered = Vec::new();
     for tool in top.array("tools") {
@@ -62,15 +91,15 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
     if let Some(raw) = input.filter(|raw| raw.get().starts_with('"')) {
         // A string input is one user message.
         let start = offset_in(body, raw);
-        envelope.insertion = Some(Insertion::WrapString {
+        envelope.insertion = Some(Insertion {
             start,
             end: start + raw.get().len(),
-            kind: WrapKind::ResponsesInputString,
+            splice: &WRAP_INPUT_STRING,
         });
         envelope.conversation = first_message_conversation(Some(raw.get()));
         envelope.user_text = raw_str(Some(raw)).unwrap_or_default();
     } else {
-        let parsed: Vec<(String, String, Obj<'_>, &RawValue)> = super::raw_array(input)
+        let parsed: Vec<(String, String, Obj<'_>, &RawValue)> = raw_array(input)
             .into_iter()
             .map(|raw| {
                 let item = Obj::of(Some(raw));
@@ -168,10 +197,8 @@ pub(crate) fn extract(body: &str) -> Result<Envelope, serde_json::Error> {
                 .find(|(kind, role, _, _)| kind == "message" && role == "user")
                 .map(|(_, _, _, raw)| raw.get()),
         );
-        envelope.insertion = last_user.map(|i| Insertion::At {
-            at: offset_in(body, parsed[i].3),
-            kind: InsertKind::DeveloperItem,
-        });
+        envelope.insertion =
+            last_user.map(|i| Insertion::at(offset_in(body, parsed[i].3), &DEVELOPER_ITEM));
     }
     if let Some(key) = top.str("prompt_cache_key").filter(|k| !k.is_empty()) {
         envelope.conversation = native_conversation(key);

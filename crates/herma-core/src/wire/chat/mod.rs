@@ -1,0 +1,145 @@
+//! OpenAI Chat Completions (`POST /v1/chat/completions`), also spoken by many other providers
+//! and local servers.
+//!
+//! Layout: `read` (the lenient request and where a shim goes), `direct` (direct answers),
+//! `decode` (the stream decoder), `encode` (governed requests); the error shape and the
+//! credential (OpenAI's, shared with Responses) and the support row are here.
+
+mod decode;
+mod direct;
+mod encode;
+mod read;
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+pub(super) use read::tool_name;
+
+use super::direct::DirectAnswer;
+use super::raw::Obj;
+use super::stream::EventDecoder;
+use super::{Envelope, WireProtocol, usage};
+use crate::call::{ModelRequest, Support};
+use crate::problem::{Problem, ProblemCode};
+
+/// OpenAI's Chat Completions API.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChatCompletions;
+
+impl WireProtocol for ChatCompletions {
+    fn as_str(&self) -> &'static str {
+        "chat_completions"
+    }
+
+    fn path(&self) -> &'static str {
+        "/v1/chat/completions"
+    }
+
+    fn read(&self, body: &str) -> Result<Envelope, serde_json::Error> {
+        read::read(body)
+    }
+
+    /// `authorization: Bearer <key>`.
+    fn credential(&self, key: &str) -> (&'static str, String) {
+        ("authorization", format!("Bearer {key}"))
+    }
+
+    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value {
+        direct::json(answer)
+    }
+
+    fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+        direct::sse(answer, out)
+    }
+
+    /// OpenAI's error object; the first field error's pointer is its `param`.
+    fn error_body(&self, problem: &Problem) -> Value {
+        let param = problem
+            .errors
+            .first()
+            .map(|e| e.pointer.clone())
+            .filter(|p| !p.is_empty());
+        json!({
+            "error": {
+                "message": problem.detail,
+                "type": error_type(problem.code),
+                "param": param,
+                "code": problem.code.as_str()
+            }
+        })
+    }
+
+    /// A chunk's `usage` (with `include_usage`, the last chunk before `[DONE]`).
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        Obj::parse(data)?.get("usage")
+    }
+
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+        usage::top_level(body)
+    }
+
+    fn decoder(&self) -> Box<dyn EventDecoder> {
+        Box::<decode::Decoder>::default()
+    }
+
+    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
+        data["choices"][0]["delta"]["content"].as_str()
+    }
+
+    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
+        for choice in body["choices"].as_array().into_iter().flatten() {
+            if let Some(text) = choice["message"]["content"].as_str() {
+                push(text);
+            }
+        }
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "chat_completions"
+    }
+
+    /// The base includes the API's version (`https://api.openai.com/v1`).
+    fn call_path(&self) -> &'static str {
+        "/chat/completions"
+    }
+
+    fn call_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    fn support(&self) -> Support {
+        Support {
+            max_temperature: 2.0,
+            cache_override: false,
+            json_schema_output: true,
+        }
+    }
+
+    fn encode(&self, request: &ModelRequest) -> Value {
+        encode::encode(request)
+    }
+}
+
+/// OpenAI's `error.type` for a problem.
+fn error_type(code: ProblemCode) -> &'static str {
+    use ProblemCode::*;
+    match code {
+        Unauthorized => "authentication_error",
+        HarnessRequired
+        | InsufficientScope
+        | AdminRequired
+        | BuiltinProtected
+        | BrowserNavigationRefused
+        | EdgeAuthRequired
+        | ContributorTierRefused
+        | UpstreamHostRefused => "permission_error",
+        NotFound => "not_found_error",
+        Internal
+        | Unavailable
+        | ProviderOperatorDisabled
+        | UpstreamUnreachable
+        | UpstreamRedirectRefused
+        | UpstreamTimeout => "server_error",
+        _ => "invalid_request_error",
+    }
+}

@@ -1,0 +1,132 @@
+//! Anthropic Messages (`POST /v1/messages`).
+//!
+//! Layout: `read` (the lenient request and where a shim goes), `direct` (direct answers),
+//! `decode` (the stream decoder), `encode` (governed requests); the error shape, the
+//! credential and the support row are here.
+
+mod decode;
+mod direct;
+mod encode;
+mod read;
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::direct::DirectAnswer;
+use super::raw::Obj;
+use super::stream::EventDecoder;
+use super::{Envelope, WireProtocol, usage};
+use crate::call::{ModelRequest, Support};
+use crate::problem::{Problem, ProblemCode};
+
+/// Anthropic's Messages API.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Messages;
+
+impl WireProtocol for Messages {
+    fn as_str(&self) -> &'static str {
+        "messages"
+    }
+
+    fn path(&self) -> &'static str {
+        "/v1/messages"
+    }
+
+    fn read(&self, body: &str) -> Result<Envelope, serde_json::Error> {
+        read::read(body)
+    }
+
+    /// The key as it is, in `x-api-key`.
+    fn credential(&self, key: &str) -> (&'static str, String) {
+        ("x-api-key", key.to_owned())
+    }
+
+    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value {
+        direct::json(answer)
+    }
+
+    fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+        direct::sse(answer, out)
+    }
+
+    fn error_body(&self, problem: &Problem) -> Value {
+        json!({
+            "type": "error",
+            "error": {"type": error_type(problem.code), "message": problem.detail, "code": problem.code.as_str()}
+        })
+    }
+
+    /// `message_start` carries it in `message.usage`, `message_delta` in `usage`.
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        let event = Obj::parse(data)?;
+        Obj::of(event.get("message"))
+            .get("usage")
+            .or_else(|| event.get("usage"))
+    }
+
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+        usage::top_level(body)
+    }
+
+    fn decoder(&self) -> Box<dyn EventDecoder> {
+        Box::<decode::Decoder>::default()
+    }
+
+    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
+        data["delta"]["text"].as_str()
+    }
+
+    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
+        for block in body["content"].as_array().into_iter().flatten() {
+            if let Some(text) = block["text"].as_str() {
+                push(text);
+            }
+        }
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "anthropic_messages"
+    }
+
+    /// The base is the API's origin (`https://api.anthropic.com`).
+    fn call_path(&self) -> &'static str {
+        "/v1/messages"
+    }
+
+    fn call_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[("anthropic-version", "2023-06-01")]
+    }
+
+    fn support(&self) -> Support {
+        Support {
+            max_temperature: 1.0,
+            cache_override: true,
+            json_schema_output: false,
+        }
+    }
+
+    fn encode(&self, request: &ModelRequest) -> Value {
+        encode::encode(request)
+    }
+}
+
+/// Anthropic's `error.type` for a problem.
+fn error_type(code: ProblemCode) -> &'static str {
+    use ProblemCode::*;
+    match code {
+        Unauthorized => "authentication_error",
+        HarnessRequired
+        | InsufficientScope
+        | AdminRequired
+        | BuiltinProtected
+        | BrowserNavigationRefused
+        | EdgeAuthRequired
+        | ContributorTierRefused
+        | UpstreamHostRefused => "permission_error",
+        NotFound => "not_found_error",
+        PayloadTooLarge => "request_too_large",
+        ProviderOperatorDisabled | Unavailable => "overloaded_error",
+        Internal | UpstreamUnreachable | UpstreamRedirectRefused | UpstreamTimeout => "api_error",
+        _ => "invalid_request_error",
+    }
+}

@@ -1,0 +1,113 @@
+//! OpenAI Responses (`POST /v1/responses`).
+//!
+//! Layout: `read` (the lenient request and where a shim goes), `direct` (direct answers),
+//! `decode` (the stream decoder), `encode` (governed requests); the error shape and the
+//! credential are OpenAI's, as for Chat Completions; the support row is here.
+
+mod decode;
+mod direct;
+mod encode;
+mod read;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::chat::ChatCompletions;
+use super::direct::DirectAnswer;
+use super::raw::Obj;
+use super::stream::EventDecoder;
+use super::{Envelope, WireProtocol, usage};
+use crate::call::{ModelRequest, Support};
+use crate::problem::Problem;
+
+/// OpenAI's Responses API.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Responses;
+
+impl WireProtocol for Responses {
+    fn as_str(&self) -> &'static str {
+        "responses"
+    }
+
+    fn path(&self) -> &'static str {
+        "/v1/responses"
+    }
+
+    fn read(&self, body: &str) -> Result<Envelope, serde_json::Error> {
+        read::read(body)
+    }
+
+    /// OpenAI's bearer key, as for Chat Completions.
+    fn credential(&self, key: &str) -> (&'static str, String) {
+        ChatCompletions.credential(key)
+    }
+
+    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value {
+        direct::json(answer)
+    }
+
+    fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+        direct::sse(answer, out)
+    }
+
+    /// OpenAI's error object, as for Chat Completions.
+    fn error_body(&self, problem: &Problem) -> Value {
+        ChatCompletions.error_body(problem)
+    }
+
+    /// The `response` object's usage (`response.completed` carries the terminal one).
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+        Obj::of(Obj::parse(data)?.get("response")).get("usage")
+    }
+
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+        usage::top_level(body)
+    }
+
+    fn decoder(&self) -> Box<dyn EventDecoder> {
+        Box::<decode::Decoder>::default()
+    }
+
+    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
+        if data["type"] == "response.output_text.delta" {
+            data["delta"].as_str()
+        } else {
+            None
+        }
+    }
+
+    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
+        for item in body["output"].as_array().into_iter().flatten() {
+            for part in item["content"].as_array().into_iter().flatten() {
+                if let Some(text) = part["text"].as_str() {
+                    push(text);
+                }
+            }
+        }
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "openai_responses"
+    }
+
+    /// The base includes the API's version (`https://api.openai.com/v1`).
+    fn call_path(&self) -> &'static str {
+        "/responses"
+    }
+
+    fn call_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    fn support(&self) -> Support {
+        Support {
+            max_temperature: 2.0,
+            cache_override: false,
+            json_schema_output: true,
+        }
+    }
+
+    fn encode(&self, request: &ModelRequest) -> Value {
+        encode::encode(request)
+    }
+}
