@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use herma_app::App;
-use herma_app::clock::{ManualClock, OsRandom};
+use herma_app::clock::OsRandom;
 use herma_app::keys::NewKey;
 use herma_core::gate::GateRequest;
 use herma_core::key::{PresentedKey, Scopes};
 use herma_core::settings::Settings;
+use herma_core::time::ManualClock;
 use herma_store::Store;
 
 fn bench_gate(c: &mut Criterion) {

@@ -16,8 +16,8 @@ use herma_core::secret::Secret;
 use herma_core::{Problem, ProblemCode, Timestamp};
 use herma_store::Store;
 
-use crate::clock::Clock;
 use crate::error::internal;
+use herma_core::time::Clock;
 
 /// Entries beyond this are dropped wholesale; a busy instance simply re-reads.
 const MAX_CACHED_KEYS: usize = 100_000;

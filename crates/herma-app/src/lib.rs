@@ -44,8 +44,9 @@ use herma_core::settings::Settings;
 use herma_providers::Upstream;
 use herma_store::Store;
 
-use clock::{Clock, Random};
+use clock::Random;
 use gate::Gate;
+use herma_core::time::Clock;
 use memory::MemoryWorker;
 use rate_limit::RateLimiter;
 use receipts::ReceiptWriter;

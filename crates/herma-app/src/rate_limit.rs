@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use herma_core::{Problem, ProblemCode};
 
-use crate::clock::Clock;
+use herma_core::time::Clock;
 
 /// Buckets beyond this are pruned (full buckets first); memory stays bounded.
 const MAX_TRACKED: usize = 100_000;
@@ -76,7 +76,7 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use herma_core::time::ManualClock;
 
     #[test]
     fn bursts_are_bounded_and_tokens_come_back_with_time() {

@@ -18,10 +18,10 @@ use herma_core::governance::{Refusal, Requester, admit};
 use herma_core::key::KeyId;
 use herma_core::semantic::Embedder;
 
-use crate::clock::Clock;
 use crate::error::internal;
 use crate::tiers::{SemanticRules, semantic_rules};
 use herma_core::evaluation::Mode;
+use herma_core::time::Clock;
 
 /// Snapshots beyond this are dropped wholesale and rebuilt on demand.
 const MAX_CACHED_SCOPES: usize = 10_000;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herma_app::App;
-use herma_app::clock::{OsRandom, SystemClock};
+use herma_app::clock::OsRandom;
 use herma_app::tiers::Tiers;
 use herma_core::semantic::Embedder;
 use herma_core::settings::{DatabaseUrl, EmbedSource, Settings, TierSettings};
@@ -14,7 +14,7 @@ use herma_core::{Problem, ProblemCode};
 use herma_embed::{LocalEmbedder, Options};
 use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_providers::{HttpUpstream, Upstream};
-use herma_store::{Store, StoreError};
+use herma_store::{Store, StoreError, SystemClock};
 
 /// Connects to the database named by `url` (not yet migrated).
 pub async fn connect_store(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {

@@ -1,8 +1,38 @@
-//! Timestamps. The core never reads the clock: callers pass `now` in.
+//! Timestamps, and the [`Clock`] port. The core never reads the clock: callers pass `now` in,
+//! and services ask a `Clock` — the wall clock of the runtime (`herma_store::SystemClock`
+//! natively) or a [`ManualClock`] that tests move by hand.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+/// Time, injected.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// A clock tests move by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn at(millis: i64) -> Arc<Self> {
+        Arc::new(Self(AtomicI64::new(millis)))
+    }
+
+    pub fn advance_millis(&self, millis: i64) {
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.0.load(Ordering::SeqCst))
+    }
+}
 
 /// Milliseconds since the Unix epoch, UTC. Serialized as RFC 3339 with milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use herma_core::call::{CallTag, ModelEvent, ModelRequest, StopReason, Usage};
+use herma_core::time::Clock;
 use herma_core::wire::Protocol;
 use herma_core::{CallerScope, Timestamp};
 use herma_providers::single::{ModelClient, ProviderError};
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collector::{Collected, Collector, CollectorLimits, InvalidReason, Next};
 use crate::types::{
-    BackgroundError, BackgroundErrorHandler, CallMeta, CallView, CapMode, CapWarning, Caps, Clock,
+    BackgroundError, BackgroundErrorHandler, CallMeta, CallView, CapMode, CapWarning, Caps,
     DEFAULT_PAGE, Envelope, GovernedError, Interruption, JournalEntry, MAX_PAGE, Outcome, Output,
     ResultMeta, RunOutcome, UsageQuery, UsageReconciliation, ViewState,
 };

@@ -33,10 +33,9 @@ pub use text::{
 };
 pub use types::{
     BackgroundError, BackgroundErrorHandler, CallMeta, CallPolicy, CallView, Cap, CapMode,
-    CapWarning, Caps, Clock, DEFAULT_PAGE, Envelope, GovernedError, Identity, Interruption,
-    JournalEntry, MAX_PAGE, ManualClock, Outcome, Output, PolicyChoice, PolicyHandle, Prices,
-    ResultMeta, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
-    is_step_interruption, log_background_errors,
+    CapWarning, Caps, DEFAULT_PAGE, Envelope, GovernedError, Identity, Interruption, JournalEntry,
+    MAX_PAGE, Outcome, Output, PolicyChoice, PolicyHandle, Prices, ResultMeta, RunOutcome,
+    UsageQuery, UsageReconciliation, ViewState, is_step_interruption, log_background_errors,
 };
 
 /// The ports the runners are given.

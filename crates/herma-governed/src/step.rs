@@ -6,16 +6,18 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
+use herma_core::time::Clock;
 use herma_core::{CallerScope, Timestamp};
 use herma_providers::single::ModelClient;
+use herma_store::SystemClock;
 use herma_store::governed::{CallReservation, GovernedPorts, RootStatus};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LoadFailure, Mode, Plan, call_id, check_id, day_of};
 use crate::text::{MAX_ID, MAX_KEY, check_versions};
 use crate::types::{
-    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, Clock, GovernedError, Identity,
-    Output, Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
+    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, GovernedError, Identity, Output,
+    Prices, RunOutcome, UsageQuery, UsageReconciliation, ViewState,
 };
 
 /// The longest `run_timeout` a step runner accepts.

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use herma_core::CallerScope;
 use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
+use herma_core::time::Clock;
 use herma_providers::single::ModelClient;
+use herma_store::SystemClock;
 use herma_store::governed::{GovernedPorts, RootOpen, RootRecord, RootStatus};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -18,8 +20,8 @@ use crate::step::{
 };
 use crate::text::{InputLoader, MAX_ID, MAX_KEY, check_versions};
 use crate::types::{
-    BackgroundError, BackgroundErrorHandler, CallView, CapMode, Caps, Clock, GovernedError, Output,
-    Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation, ViewState,
+    BackgroundError, BackgroundErrorHandler, CallView, CapMode, Caps, GovernedError, Output,
+    Prices, RunOutcome, UsageQuery, UsageReconciliation, ViewState,
 };
 
 /// The reserved identifier prefix: do not use it for other keys.

@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use herma_core::CallerScope;
 use herma_core::call::{Controls, ModelRequest, Msg, OutputSchema, ToolChoice};
+use herma_core::time::Clock;
 use herma_providers::single::ModelClient;
+use herma_store::SystemClock;
 use herma_store::governed::GovernedPorts;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -17,8 +19,8 @@ use crate::engine::{
     day_of,
 };
 use crate::types::{
-    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, Clock, GovernedError, Identity,
-    Prices, RunOutcome, SystemClock, UsageQuery, UsageReconciliation,
+    BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, GovernedError, Identity, Prices,
+    RunOutcome, UsageQuery, UsageReconciliation,
 };
 
 /// A native JSON output contract: the provider is asked for `schema`, and `validate` must

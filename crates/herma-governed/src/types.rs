@@ -1,7 +1,6 @@
-//! The engine's vocabulary: prices and caps, outcomes and envelopes, views, errors, the clock.
+//! The engine's vocabulary: prices and caps, outcomes and envelopes, views, errors.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use herma_core::Timestamp;
 use herma_core::call::{Controls, StopReason, ToolChoice, Usage};
@@ -14,46 +13,6 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::collector::{InvalidReason, Step};
-
-/// Time, injected.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
-}
-
-/// The wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    #[allow(clippy::disallowed_methods)] // the engine's one read of the wall clock
-    fn now(&self) -> Timestamp {
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Timestamp::from_millis(millis)
-    }
-}
-
-/// A clock tests move by hand.
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicI64);
-
-impl ManualClock {
-    pub fn at(millis: i64) -> Arc<Self> {
-        Arc::new(Self(AtomicI64::new(millis)))
-    }
-
-    pub fn advance_millis(&self, millis: i64) {
-        self.0.fetch_add(millis, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::from_millis(self.0.load(Ordering::SeqCst))
-    }
-}
 
 /// The largest charge one call can settle (a billion currency units): beyond it the usage
 /// is treated as unpriceable evidence and left to an operator.

@@ -11,6 +11,7 @@
 //! Architecture invariant: compare-and-set writes are single statements in SQL backends; a stale
 //! `expected_version` returns [`StoreError::VersionConflict`] and writes nothing.
 
+mod clock;
 mod documents;
 mod error;
 pub mod governed;
@@ -30,6 +31,7 @@ use herma_core::memory::RuleStats;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 use herma_core::semantic::RuleVectors;
 
+pub use clock::SystemClock;
 pub use documents::{
     Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
     ImportSummary, Page, Provisions, Revisions, StoredDoc, Typed,

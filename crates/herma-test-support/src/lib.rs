@@ -9,10 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use herma_app::App;
-use herma_app::clock::{ManualClock, OsRandom};
+use herma_app::clock::OsRandom;
 use herma_app::keys::NewKey;
 use herma_core::key::Scopes;
 use herma_core::settings::Settings;
+use herma_core::time::ManualClock;
 use herma_store::{MemoryStore, Store};
 use tokio::sync::oneshot;
 

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use herma_core::CallerScope;
+use herma_core::time::Clock;
 use herma_core::wire::Protocol;
 use herma_governed::ports::{ExecutionStatus, GovernedPorts};
-use herma_governed::{Clock, GovernedStepRunner, SingleCallRunner, ViewState};
+use herma_governed::{GovernedStepRunner, SingleCallRunner, ViewState};
 
 use crate::on_all_backends;
 use crate::step::{StepHarness, step_config, tool_answer};

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use herma_core::CallerScope;
 use herma_core::call::{Controls, ModelEvent, Msg, StopReason, ToolChoice, ToolSpec};
+use herma_core::time::Clock;
 use herma_core::wire::Protocol;
 use herma_governed::ports::{GovernedPorts, RootRecord, RootStatus};
 use herma_governed::{
-    Clock, GovernedError, GovernedStepRunner, Interruption, InvalidReason, LoadedRequest,
+    GovernedError, GovernedStepRunner, Interruption, InvalidReason, LoadedRequest,
     OperationCallInput, OrderEntry, Outcome, StepConfig, StepRun, UsageQuery, ViewState,
     is_step_interruption,
 };
@@ -22,14 +23,14 @@ pub struct StepHarness {
     pub runner: GovernedStepRunner,
     pub client: Arc<ScriptedClient>,
     pub flaky: Arc<Flaky>,
-    pub clock: Arc<herma_governed::ManualClock>,
+    pub clock: Arc<herma_core::time::ManualClock>,
     pub scope: CallerScope,
 }
 
 pub fn step_config(
     ports: GovernedPorts,
     client: Arc<ScriptedClient>,
-    clock: Arc<herma_governed::ManualClock>,
+    clock: Arc<herma_core::time::ManualClock>,
 ) -> StepConfig {
     let mut config = StepConfig::new(ports, client);
     config.clock = clock;

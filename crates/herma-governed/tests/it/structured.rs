@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use herma_core::CallerScope;
 use herma_core::call::{Msg, ToolChoice, ToolSpec};
+use herma_core::time::Clock;
 use herma_core::wire::Protocol;
 use herma_governed::ports::{RootRecord, RootStatus};
 use herma_governed::{
-    Clock, GovernedError, InputLoader, Outcome, StructuredCallRunner, StructuredConfig,
-    StructuredRun, UsageQuery, ViewState, structured_id,
+    GovernedError, InputLoader, Outcome, StructuredCallRunner, StructuredConfig, StructuredRun,
+    UsageQuery, ViewState, structured_id,
 };
 use serde_json::json;
 
@@ -21,14 +22,14 @@ struct Harness {
     runner: StructuredCallRunner,
     client: Arc<ScriptedClient>,
     flaky: Arc<Flaky>,
-    clock: Arc<herma_governed::ManualClock>,
+    clock: Arc<herma_core::time::ManualClock>,
     scope: CallerScope,
 }
 
 fn structured_config(
     h_ports: herma_governed::ports::GovernedPorts,
     client: Arc<ScriptedClient>,
-    clock: Arc<herma_governed::ManualClock>,
+    clock: Arc<herma_core::time::ManualClock>,
 ) -> StructuredConfig {
     let mut config = StructuredConfig::new(
         h_ports,

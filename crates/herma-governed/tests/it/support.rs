@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use herma_core::call::{ModelEvent, ModelRequest, StopReason, Unsupported, Usage};
+use herma_core::time::ManualClock;
 use herma_core::wire::Protocol;
 use herma_core::{CallerScope, Timestamp};
+use herma_governed::Prices;
 use herma_governed::ports::*;
-use herma_governed::{ManualClock, Prices};
 use herma_providers::single::{EventStream, ModelClient, ProviderError};
 use herma_store::{MemoryGovernedStore, StoreError, StoreResult};
 

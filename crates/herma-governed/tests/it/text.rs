@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use herma_core::CallerScope;
 use herma_core::call::{ModelEvent, Msg, StopReason, ToolChoice};
+use herma_core::time::Clock;
 use herma_core::wire::Protocol;
 use herma_governed::ports::{ExecutionStatus, NotDispatchedCause};
 use herma_governed::{
-    Cap, CapMode, Caps, Clock, GovernedError, InputLoader, Interruption, LoadError, Outcome,
-    Output, OutputContract, SingleCallConfig, SingleCallRunner, TextRun, UsageQuery, ViewState,
+    Cap, CapMode, Caps, GovernedError, InputLoader, Interruption, LoadError, Outcome, Output,
+    OutputContract, SingleCallConfig, SingleCallRunner, TextRun, UsageQuery, ViewState,
     is_step_interruption,
 };
 use serde_json::json;
@@ -22,7 +23,7 @@ pub struct Harness {
     pub runner: SingleCallRunner,
     pub client: Arc<ScriptedClient>,
     pub flaky: Arc<Flaky>,
-    pub clock: Arc<herma_governed::ManualClock>,
+    pub clock: Arc<herma_core::time::ManualClock>,
     pub scope: CallerScope,
     pub loads: Arc<AtomicUsize>,
 }
@@ -30,7 +31,7 @@ pub struct Harness {
 pub fn config(
     ports: herma_governed::ports::GovernedPorts,
     client: Arc<ScriptedClient>,
-    clock: Arc<herma_governed::ManualClock>,
+    clock: Arc<herma_core::time::ManualClock>,
 ) -> SingleCallConfig {
     let mut config = SingleCallConfig::new(ports, client, "claude-test");
     config.prices = prices();

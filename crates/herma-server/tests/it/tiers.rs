@@ -2,8 +2,8 @@
 //! engine's short-circuit (H06), the classifier against a local OpenAI-format server — typed,
 //! malformed, timed out, rate limited — (H16) and contributor refusal (H03).
 
-use herma_app::clock::Clock;
 use herma_core::CallerScope;
+use herma_core::time::Clock;
 use herma_store::DocumentStoreExt;
 use herma_test_support::mock_models::{MockModels, Reply};
 use herma_test_support::mock_upstream::MockUpstream;
