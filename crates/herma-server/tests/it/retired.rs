@@ -182,7 +182,7 @@ fn h18_seed_data_and_runtime_sources_name_no_retired_pack() {
         "starters/context.json",
         "migrations/0001_initial.sql",
         "assets/playground.js",
-        "herma-app/src/proxy.rs",
+        "herma-app/src/proxy/mod.rs",
         "docs/proxy.md",
     ] {
         assert!(

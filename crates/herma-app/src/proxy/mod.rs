@@ -1,21 +1,25 @@
 //! The proxy pipeline: read the envelope, refuse contributor-tier models, evaluate the caller's
 //! rules, apply `once_per_conversation`, then answer directly or shim and forward — streaming
 //! the upstream's answer back chunk by chunk — and seal a receipt off the request path.
+//!
+//! Layout: this module is the request's way through ([`App::proxy`]) and to the upstream;
+//! [`plan`] decides what to do (shared with dry runs); [`observed`] relays the answer and seals
+//! the receipt; [`ids`] mints receipt and protocol ids.
 
-use std::collections::HashSet;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+mod ids;
+mod observed;
+mod plan;
+
+pub use plan::{Claims, Plan, PlannedAction};
+
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures_util::Stream;
 use herma_core::contributor::refuse_contributor_model;
+use herma_core::evaluation::Mode;
 use herma_core::gate::KeyPrincipal;
 use herma_core::memory::project_tag;
-use herma_core::model::{Action, MatchedRule, OutcomeKind, ReceiptAction, ReceiptBody, Timings};
-use herma_core::rules::{Decision, RuleMatch, decide};
-use herma_core::shim::{RenderedShim, ShimEntry, render};
+use herma_core::model::{OutcomeKind, ReceiptAction, ReceiptBody, Timings};
 use herma_core::upstream::{
     self, UpstreamAsk, UpstreamTarget, connection_tokens, forward_request_header,
     relay_response_header,
@@ -27,10 +31,8 @@ use herma_core::{CallerScope, Problem, ProblemCode};
 use herma_providers::{BodyStream, UpstreamError, UpstreamRequest};
 
 use crate::App;
-use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
-use crate::receipts::ReceiptWriter;
-use crate::rule_cache::RuleSnapshot;
-use herma_core::evaluation::{Evaluation, Mode};
+use crate::memory::TurnRecord;
+use observed::{ObservedBody, elapsed_micros};
 
 /// Names the project a request belongs to (entity memory is kept per project).
 pub const PROJECT_HEADER: &str = "x-herma-project";
@@ -79,24 +81,6 @@ pub enum ProxyReply {
     },
 }
 
-/// Whether planning may write `once_per_conversation` claims (the proxy) or not (dry run).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Claims {
-    Write,
-    DryRun,
-}
-
-/// What Herma will do with a request, and why.
-#[derive(Debug)]
-pub struct Plan {
-    pub matched: Vec<MatchedRule>,
-    pub action: PlannedAction,
-    /// `once_per_conversation` provisions claimed for this request.
-    pub claimed: Vec<String>,
-    /// Tiers 2 and 3: scores, classifier outcomes and what was skipped.
-    pub evaluation: Evaluation,
-}
-
 /// A request Herma could not complete, and its receipt when one was written.
 #[derive(Debug)]
 pub struct ProxyFailure {
@@ -111,19 +95,6 @@ impl From<Problem> for ProxyFailure {
             receipt_id: None,
         }
     }
-}
-
-#[derive(Debug)]
-pub enum PlannedAction {
-    Forward,
-    Respond {
-        provision_id: String,
-        text: String,
-    },
-    Shim {
-        shim: RenderedShim,
-        unresolved: Vec<String>,
-    },
 }
 
 impl ProxyRequest {
@@ -170,166 +141,6 @@ fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
 }
 
 impl App {
-    /// Plans the action for `envelope` under `snapshot`: evaluates, decides, applies
-    /// `once_per_conversation` (claiming when `claims` is `Write`) and renders the shim.
-    ///
-    /// Only rules that can take effect are considered: a shim rule needs a place for the shim
-    /// in this request, a resolvable context entry and a usable upstream (`can_forward`).
-    /// Claims are taken only for rules that will apply: the highest-priority match is settled
-    /// first (a spent once-only rule steps aside for the next), then, when it is a shim, the
-    /// other once-only shims are claimed together; dropping those cannot change the decision.
-    pub async fn plan(
-        &self,
-        scope: &CallerScope,
-        snapshot: &RuleSnapshot,
-        envelope: &Envelope,
-        claims: Claims,
-        can_forward: bool,
-    ) -> Result<Plan, Problem> {
-        let rules = &snapshot.rules;
-        let spec = |m: &RuleMatch| &rules.rule(m.rule).provision.spec;
-        let mode = match claims {
-            Claims::Write => Mode::Online,
-            Claims::DryRun => Mode::Offline,
-        };
-        let (all, evaluation) =
-            crate::tiers::evaluate(&self.tiers, rules, &snapshot.semantic, envelope, mode).await;
-        self.metrics.record_tiers(&evaluation);
-        let shims_possible = can_forward && envelope.insertion.is_some();
-        let mut remaining: Vec<RuleMatch> = all
-            .iter()
-            .filter(|m| match spec(m).action {
-                Action::RespondDirectly => true,
-                Action::ShimContext => {
-                    shims_possible
-                        && spec(m)
-                            .context_refs
-                            .iter()
-                            .any(|r| snapshot.context_entry(r).is_some())
-                }
-            })
-            .cloned()
-            .collect();
-        let writes =
-            claims == Claims::Write && envelope.conversation.source != ConversationSource::None;
-        let conversation = envelope.conversation.id.as_str();
-        let mut claimed: Vec<String> = Vec::new();
-        let decision = loop {
-            let decision = decide(rules, remaining.clone());
-            let first = match &decision {
-                Decision::Forward => break decision,
-                Decision::Respond(m) => m.clone(),
-                Decision::Shim(ms) => match ms.first() {
-                    Some(m) => m.clone(),
-                    None => break Decision::Forward,
-                },
-            };
-            // The deciding match first: a spent once-only rule steps aside for the next.
-            if writes && spec(&first).once_per_conversation {
-                let id = spec(&first).id.clone();
-                let won = self
-                    .store
-                    .claim_once(
-                        scope,
-                        conversation,
-                        std::slice::from_ref(&id),
-                        self.clock.now(),
-                    )
-                    .await
-                    .map_err(crate::error::internal)?;
-                if won.is_empty() {
-                    remaining.retain(|m| m.rule != first.rule);
-                    continue;
-                }
-                claimed.push(id);
-            }
-            let Decision::Shim(mut shims) = decision else {
-                break decision;
-            };
-            // The other once-only shims together: dropping any cannot change the decision.
-            let wanted: Vec<String> = shims
-                .iter()
-                .skip(1)
-                .filter(|m| writes && spec(m).once_per_conversation)
-                .map(|m| spec(m).id.clone())
-                .collect();
-            if !wanted.is_empty() {
-                let won = self
-                    .store
-                    .claim_once(scope, conversation, &wanted, self.clock.now())
-                    .await
-                    .map_err(crate::error::internal)?;
-                shims.retain(|m| {
-                    m.rule == first.rule
-                        || !spec(m).once_per_conversation
-                        || won.contains(&spec(m).id)
-                });
-                claimed.extend(won);
-            }
-            break Decision::Shim(shims);
-        };
-
-        let applied_ids: HashSet<usize> = match &decision {
-            Decision::Forward => HashSet::new(),
-            Decision::Respond(m) => [m.rule].into(),
-            Decision::Shim(ms) => ms.iter().map(|m| m.rule).collect(),
-        };
-        let matched = all
-            .iter()
-            .map(|m| {
-                let rule = rules.rule(m.rule);
-                MatchedRule {
-                    provision_id: rule.provision.spec.id.clone(),
-                    version: rule.provision.version,
-                    builtin: rule.builtin,
-                    tier: m.tier,
-                    trigger: m.trigger(),
-                    applied: applied_ids.contains(&m.rule),
-                    score: m.score,
-                    confidence: m.confidence,
-                }
-            })
-            .collect();
-        let action = match decision {
-            Decision::Forward => PlannedAction::Forward,
-            Decision::Respond(m) => PlannedAction::Respond {
-                provision_id: spec(&m).id.clone(),
-                text: spec(&m)
-                    .response
-                    .as_ref()
-                    .map(|r| r.text.clone())
-                    .unwrap_or_default(),
-            },
-            Decision::Shim(ms) => {
-                let mut seen = HashSet::new();
-                let mut entries = Vec::new();
-                let mut unresolved = Vec::new();
-                for m in &ms {
-                    for r in &spec(m).context_refs {
-                        if !seen.insert(r.clone()) {
-                            continue;
-                        }
-                        match snapshot.context_entry(r) {
-                            Some((entry, builtin)) => entries.push(ShimEntry { entry, builtin }),
-                            None => unresolved.push(r.clone()),
-                        }
-                    }
-                }
-                let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
-                PlannedAction::Shim {
-                    shim: render(&entries, budget),
-                    unresolved,
-                }
-            }
-        };
-        Ok(Plan {
-            matched,
-            action,
-            claimed,
-            evaluation,
-        })
-    }
-
     /// Handles one proxied request.
     pub async fn proxy(&self, request: ProxyRequest) -> Result<ProxyReply, ProxyFailure> {
         let protocol = match request.route {
@@ -615,99 +426,5 @@ impl App {
             headers.push(("x-herma-receipt".to_owned(), id.as_bytes().to_vec()));
         }
         Ok((response.status, headers, response.body))
-    }
-
-    /// `rcpt_` + 12 hex digits of the time in milliseconds + 20 random hex digits. Time-ordered,
-    /// so receipts land at the end of the store's index instead of at random places in it.
-    pub fn receipt_id(&self) -> Result<String, Problem> {
-        let millis = u64::try_from(self.clock.now().as_millis()).unwrap_or(0);
-        self.new_id(&format!("rcpt_{millis:012x}"), 10)
-    }
-
-    /// `prefix` + `bytes` random bytes as lowercase hex.
-    pub fn new_id(&self, prefix: &str, bytes: usize) -> Result<String, Problem> {
-        let mut buf = vec![0u8; bytes];
-        self.random.fill(&mut buf).map_err(|e| {
-            tracing::error!(error = %e, "random source failed");
-            Problem::new(
-                ProblemCode::Internal,
-                "Herma could not complete the request",
-            )
-        })?;
-        let mut id = String::with_capacity(prefix.len() + bytes * 2);
-        id.push_str(prefix);
-        for b in buf {
-            id.push_str(&format!("{b:02x}"));
-        }
-        Ok(id)
-    }
-}
-
-fn elapsed_micros(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The upstream body on its way to the client: every chunk passes through untouched while the
-/// usage observer reads it; at the end — or when the client goes away and the stream is
-/// dropped, which also closes the upstream connection — the receipt is sealed and queued.
-struct ObservedBody {
-    inner: BodyStream,
-    observer: Option<UsageObserver>,
-    pending: Option<(ReceiptBody, String, Instant)>,
-    writer: Arc<ReceiptWriter>,
-    /// The turn memory will read once the answer has been relayed, and the answer so far.
-    memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
-    captured: Vec<u8>,
-    streaming: bool,
-}
-
-impl ObservedBody {
-    fn finish(&mut self) {
-        if let Some((mut receipt, id, received)) = self.pending.take() {
-            receipt.usage = self.observer.take().and_then(UsageObserver::finish);
-            receipt.timings.total_micros = Some(elapsed_micros(received));
-            self.writer.submit_detached(receipt.seal(id));
-        }
-        if let Some((memory, mut turn)) = self.memory.take() {
-            turn.response = std::mem::take(&mut self.captured);
-            turn.streaming = self.streaming;
-            memory.submit(turn);
-        }
-    }
-}
-
-impl Stream for ObservedBody {
-    type Item = Result<Bytes, UpstreamError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        match this.inner.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                if let Some(observer) = this.observer.as_mut() {
-                    observer.feed(&chunk);
-                }
-                if this.memory.is_some() {
-                    let room = MAX_CAPTURED_RESPONSE.saturating_sub(this.captured.len());
-                    this.captured
-                        .extend_from_slice(&chunk[..chunk.len().min(room)]);
-                }
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(err))) => {
-                this.finish();
-                Poll::Ready(Some(Err(err)))
-            }
-            Poll::Ready(None) => {
-                this.finish();
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for ObservedBody {
-    fn drop(&mut self) {
-        self.finish();
     }
 }

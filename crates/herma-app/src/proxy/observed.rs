@@ -1,0 +1,86 @@
+//! The upstream's answer on its way back: relayed chunk by chunk while usage is read, and at
+//! its end the receipt sealed and the turn handed to memory.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use herma_core::model::ReceiptBody;
+use herma_core::wire::usage::UsageObserver;
+use herma_providers::{BodyStream, UpstreamError};
+
+use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
+use crate::receipts::ReceiptWriter;
+
+/// Microseconds since `since`.
+pub(crate) fn elapsed_micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The upstream body on its way to the client: every chunk passes through untouched while the
+/// usage observer reads it; at the end — or when the client goes away and the stream is
+/// dropped, which also closes the upstream connection — the receipt is sealed and queued.
+pub(super) struct ObservedBody {
+    pub(super) inner: BodyStream,
+    pub(super) observer: Option<UsageObserver>,
+    pub(super) pending: Option<(ReceiptBody, String, Instant)>,
+    pub(super) writer: Arc<ReceiptWriter>,
+    /// The turn memory will read once the answer has been relayed, and the answer so far.
+    pub(super) memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
+    pub(super) captured: Vec<u8>,
+    pub(super) streaming: bool,
+}
+
+impl ObservedBody {
+    fn finish(&mut self) {
+        if let Some((mut receipt, id, received)) = self.pending.take() {
+            receipt.usage = self.observer.take().and_then(UsageObserver::finish);
+            receipt.timings.total_micros = Some(elapsed_micros(received));
+            self.writer.submit_detached(receipt.seal(id));
+        }
+        if let Some((memory, mut turn)) = self.memory.take() {
+            turn.response = std::mem::take(&mut self.captured);
+            turn.streaming = self.streaming;
+            memory.submit(turn);
+        }
+    }
+}
+
+impl Stream for ObservedBody {
+    type Item = Result<Bytes, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        match this.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(observer) = this.observer.as_mut() {
+                    observer.feed(&chunk);
+                }
+                if this.memory.is_some() {
+                    let room = MAX_CAPTURED_RESPONSE.saturating_sub(this.captured.len());
+                    this.captured
+                        .extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                this.finish();
+                Poll::Ready(Some(Err(err)))
+            }
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ObservedBody {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
