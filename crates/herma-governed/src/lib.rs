@@ -1,10 +1,11 @@
 //! The governed single-call engine: one operation key is one model call — reserved, journaled,
 //! dispatched at most once, settled exactly once, and recoverable without a second dispatch.
 //!
-//! Three runners share one engine ([`engine`]): [`SingleCallRunner`] (text or native JSON,
-//! tool-free), [`GovernedStepRunner`] (a trusted planned call under an operation root, buffered
-//! into a neutral [`Step`]) and [`StructuredCallRunner`] (a forced tool as an extraction
-//! schema, on the step runner under a root it owns). Their ports are the traits of
+//! Three runners share one engine (`engine`, a file per concern: run, settle, view,
+//! recover): [`SingleCallRunner`] (text or native JSON, tool-free), [`GovernedStepRunner`] (a
+//! trusted planned call under an operation root, buffered into a neutral [`Step`]) and
+//! [`StructuredCallRunner`] (a forced tool as an extraction schema, on the step runner under a
+//! root it owns). Their ports are the traits of
 //! [`herma_store::governed`], re-exported as [`ports`]; the provider clients are
 //! [`herma_providers::single`], speaking the protocols of [`herma_core::wire`] in the neutral
 //! vocabulary of [`herma_core::call`]. See the crate's README for the guarantees.

@@ -13,8 +13,8 @@ use herma_store::SystemClock;
 use herma_store::governed::{CallReservation, GovernedPorts, RootStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Engine, LoadFailure, Mode, Plan, call_id, check_id, day_of};
-use crate::text::{MAX_ID, MAX_KEY, check_versions};
+use crate::engine::{Engine, LoadFailure, MAX_ID, MAX_KEY, Mode, Plan, call_id, check_id, day_of};
+use crate::text::check_versions;
 use crate::types::{
     BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, GovernedError, Identity, Output,
     Prices, RunOutcome, UsageQuery, UsageReconciliation, ViewState,

@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::check_id;
+use crate::engine::{MAX_ID, MAX_KEY, check_id};
 use crate::step::{
     GovernedStepRunner, LoadedRequest, OperationCallInput, StepConfig, StepRun, check_tool_name,
 };
-use crate::text::{InputLoader, MAX_ID, MAX_KEY, check_versions};
+use crate::text::{InputLoader, check_versions};
 use crate::types::{
     BackgroundError, BackgroundErrorHandler, CallView, CapMode, Caps, GovernedError, Output,
     Prices, RunOutcome, UsageQuery, UsageReconciliation, ViewState,

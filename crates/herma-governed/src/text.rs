@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collector::MAX_OUTPUT_CHARS_CEILING;
 use crate::engine::{
-    Engine, LoadFailure, Mode, Plan, Validator, call_id, check_bound, check_host_key, check_id,
-    day_of,
+    Engine, LoadFailure, MAX_ID, Mode, Plan, Validator, call_id, check_bound, check_host_key,
+    check_id, day_of,
 };
 use crate::types::{
     BackgroundErrorHandler, CallMeta, CallView, Caps, Clients, GovernedError, Identity, Prices,
@@ -140,10 +140,6 @@ pub struct TextRun {
     pub tool_choice: Option<ToolChoice>,
     pub load_input: InputLoader,
 }
-
-/// Longest accepted identifiers (bytes).
-pub(crate) const MAX_KEY: usize = 512;
-pub(crate) const MAX_ID: usize = 256;
 
 pub(crate) fn check_runtime(
     client: &Arc<dyn ModelClient>,
