@@ -9,6 +9,7 @@ mod docs;
 mod gate;
 mod governance;
 mod handshake;
+mod layout;
 mod mcp;
 mod memory;
 mod metrics;
