@@ -14,6 +14,7 @@
 pub mod call;
 pub mod caller;
 pub mod contributor;
+pub mod conversation;
 pub mod engine;
 pub mod evaluation;
 pub mod gate;
@@ -24,6 +25,7 @@ pub mod key;
 pub mod memory;
 pub mod micromodel;
 pub mod model;
+pub mod money;
 pub mod problem;
 pub mod retired;
 pub mod rules;

@@ -62,7 +62,16 @@ problem_codes! {
     UpstreamUnreachable => "upstream_unreachable", "The upstream could not be reached";
     UpstreamRedirectRefused => "upstream_redirect_refused", "The upstream answered with a redirect, which Herma never follows";
     UpstreamTimeout => "upstream_timeout", "The upstream did not answer in time";
-        RateLimited => "rate_limited", "Too many requests from this address; try again later";
+    RateLimited => "rate_limited", "Too many requests from this address; try again later";
+    ConversationDisabled => "conversation_disabled", "Typed conversations are not enabled on this server (HERMA_CONVERSATION_ENABLED)";
+    InvalidProviderConfiguration => "invalid_provider_configuration", "The operator's configuration for this provider is invalid";
+    OutputAllowanceRequired => "output_allowance_required", "The operator has not configured an output allowance for this provider";
+    UnsupportedGenerationConfiguration => "unsupported_generation_configuration", "The operator's generation settings ask for what a managed turn cannot account for";
+    ProviderGrantRequired => "provider_grant_required", "The operator has not granted this caller this provider and model";
+    ConversationConflict => "conversation_conflict", "The conversation cannot take this turn as sent";
+    ConversationExpired => "conversation_expired", "The conversation no longer accepts turns";
+    ConversationLimit => "conversation_limit", "The caller has reached a conversation limit; try again later";
+    BudgetExhausted => "budget_exhausted", "A spending ceiling would be exceeded by this turn";
     Internal => "internal", "Herma failed to complete the request";
 
     Unavailable => "unavailable", "A dependency of Herma is unavailable";

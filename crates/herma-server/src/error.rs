@@ -51,7 +51,16 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
             StatusCode::BAD_GATEWAY
         }
         ProblemCode::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-        ProblemCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ProblemCode::RateLimited
+        | ProblemCode::ConversationLimit
+        | ProblemCode::BudgetExhausted => StatusCode::TOO_MANY_REQUESTS,
+        ProblemCode::ConversationDisabled => StatusCode::NOT_FOUND,
+        ProblemCode::InvalidProviderConfiguration
+        | ProblemCode::OutputAllowanceRequired
+        | ProblemCode::UnsupportedGenerationConfiguration => StatusCode::SERVICE_UNAVAILABLE,
+        ProblemCode::ProviderGrantRequired => StatusCode::FORBIDDEN,
+        ProblemCode::ConversationConflict => StatusCode::CONFLICT,
+        ProblemCode::ConversationExpired => StatusCode::GONE,
         ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
 
         ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

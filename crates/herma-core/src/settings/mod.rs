@@ -9,6 +9,7 @@
 //! reads them all through a reader that collects the errors; [`report`] and
 //! [`unknown_settings`] serve `herma config check`, [`docs`] the README's tables.
 
+pub mod conversation;
 pub mod declare;
 pub mod docs;
 pub mod kinds;
@@ -64,6 +65,39 @@ pub struct Settings {
     pub tessera_url: Option<String>,
     pub tessera_token: Option<Secret>,
     pub tessera_timeout_ms: u64,
+    pub conversation: ConversationSettings,
+}
+
+/// The typed-conversation settings as `herma serve` holds them: whether turns are enabled, and
+/// the raw values of the rest, parsed per turn for the selected provider only
+/// (`crate::conversation::config`).
+#[derive(Clone, Debug, Default)]
+pub struct ConversationSettings {
+    pub enabled: bool,
+    pub env: ConversationEnv,
+}
+
+/// The set values of the conversation group's settings (provider keys among them), by name.
+/// Its `Debug` shows nothing: keys are secrets, and a spelled-out default reads the same as an
+/// unset one.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConversationEnv(BTreeMap<String, String>);
+
+impl ConversationEnv {
+    pub fn new(values: BTreeMap<String, String>) -> Self {
+        Self(values)
+    }
+
+    /// The value of `name`, or `None` when unset, empty or whitespace-only.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        setting(&self.0, name)
+    }
+}
+
+impl std::fmt::Debug for ConversationEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConversationEnv(..)")
+    }
 }
 
 impl Settings {
@@ -142,6 +176,10 @@ impl Settings {
         let tessera_token = r.get(&TESSERA_TOKEN);
         let log_filter = r.get(&LOG);
         let log_format = r.get(&LOG_FORMAT);
+        let conversation = ConversationSettings {
+            enabled: r.get(&conversation::ENABLED),
+            env: ConversationEnv(r.keep(conversation_group())),
+        };
 
         Self {
             bind,
@@ -171,8 +209,19 @@ impl Settings {
             tessera_url,
             tessera_token,
             tessera_timeout_ms,
+            conversation,
         }
     }
+}
+
+/// The conversation group's declarations but `HERMA_CONVERSATION_ENABLED`, which is parsed at
+/// start-up.
+fn conversation_group() -> impl Iterator<Item = &'static dyn Declared> {
+    table::GROUPS
+        .iter()
+        .filter(|group| group.title == "Typed conversations")
+        .flat_map(|group| group.settings.iter().copied())
+        .filter(|declared| declared.title() != conversation::ENABLED.name)
 }
 
 /// A tier's remote endpoint, when its URL is set: the model is required with it and may not be

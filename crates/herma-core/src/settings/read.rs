@@ -47,6 +47,21 @@ impl<'a> Reader<'a> {
         self.read(&family.name(member), &family.kind)
     }
 
+    /// The set values of `declared`'s names, unparsed (read later, where they are used).
+    pub(super) fn keep<'d>(
+        &mut self,
+        declared: impl Iterator<Item = &'d dyn super::declare::Declared>,
+    ) -> BTreeMap<String, String> {
+        let mut kept = BTreeMap::new();
+        for name in declared.flat_map(|d| d.names()) {
+            if let Some(value) = setting(self.map, &name) {
+                kept.insert(name.clone(), value.to_owned());
+            }
+            self.names.push(name);
+        }
+        kept
+    }
+
     /// Records an error found across settings (a missing companion, a conflict).
     pub(super) fn fail(&mut self, name: &str, detail: String) {
         self.errors.push(SettingError {

@@ -10,6 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use super::conversation;
 use super::declare::{Declared, Family, Group, Member, Members, Setting};
 use super::kinds::{
     Address, BaseUrl, Choice, Credential, Database, Hosts, Number, OptionalText, Providers, Text,
@@ -408,6 +409,35 @@ pub const GROUPS: &[Group] = &[
             &TIER_MODEL,
             &TIER_API_KEY,
             &MICROMODEL_TIMEOUT_MS,
+        ],
+    },
+    Group {
+        title: "Typed conversations",
+        doc: "Operator-funded turns (`POST /v1/conversations/turn`, `docs/conversations.md`). Read per turn, for the selected provider only: one provider's broken setting never disables another.",
+        settings: &[
+            &conversation::ENABLED,
+            &conversation::GRANTS,
+            &conversation::META_MODEL,
+            &conversation::OLLAMA_MODEL,
+            &conversation::OPENAI_MODEL,
+            &conversation::ANTHROPIC_MODEL,
+            &conversation::OPENROUTER_MODEL,
+            &conversation::OPENROUTER_PROVIDER,
+            &conversation::ANTHROPIC_VERSION,
+            &conversation::MAX_OUTPUT,
+            &conversation::SHARED_MAX_OUTPUT,
+            &conversation::REASONING,
+            &conversation::SHARED_REASONING,
+            &conversation::GENERATION,
+            &conversation::INPUT_PRICE,
+            &conversation::OUTPUT_PRICE,
+            &conversation::BUDGET,
+            &conversation::OLLAMA_CALLS_PER_DAY,
+            &conversation::CALLER_TOKENS_PER_HOUR,
+            &conversation::DESTINATION,
+            &conversation::API_KEY,
+            &conversation::DEPRECATED_PLAN_ALLOWLIST,
+            &conversation::DEPRECATED_UNCERTAIN_FAILOVER,
         ],
     },
     Group {
