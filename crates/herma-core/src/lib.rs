@@ -5,8 +5,9 @@
 //! [`model`] (provisions, context entries, keys, receipts, entities, outcomes), [`settings`]
 //! (`HERMA_*`: the settings table and its reader), [`secret`] (values that never print),
 //! [`contributor`] (the contributor-tier classifier), [`time`] (timestamps), [`wire`] (the
-//! protocols, one module each), [`call`] (a governed model call, neutrally) and [`evaluation`]
-//! (the pure decisions of tiers 2 and 3).
+//! protocols, one module each), [`call`] (a governed model call, neutrally), [`evaluation`]
+//! (the pure decisions of tiers 2 and 3) and [`jev`] (the TypeSafe `systemone` typed-decision
+//! adapter a worker uses; never a conversation provider).
 //!
 //! Architecture invariant: nothing here does I/O, reads the clock or the environment, or spawns;
 //! the crate builds for `wasm32-unknown-unknown`, so every runtime decides the same way.
@@ -20,6 +21,7 @@ pub mod evaluation;
 pub mod gate;
 pub mod governance;
 pub mod handshake;
+pub mod jev;
 pub mod json;
 pub mod key;
 pub mod memory;

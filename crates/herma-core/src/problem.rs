@@ -75,6 +75,7 @@ problem_codes! {
     Internal => "internal", "Herma failed to complete the request";
 
     Unavailable => "unavailable", "A dependency of Herma is unavailable";
+    JevNotAPlanProvider => "jev_not_a_plan_provider", "Jev produces typed decisions and cannot be a provider plan choice";
 }
 
 impl ProblemCode {

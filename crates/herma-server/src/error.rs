@@ -64,6 +64,7 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
         ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
 
         ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ProblemCode::JevNotAPlanProvider => StatusCode::UNPROCESSABLE_ENTITY,
     }
 }
 
