@@ -14,6 +14,7 @@
 pub mod call;
 pub mod caller;
 pub mod contributor;
+pub mod conversation;
 pub mod engine;
 pub mod evaluation;
 pub mod gate;
