@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{Violations, check_string_list};
 use crate::caller::{CallerScope, id_problem};
+use crate::conversation::contract::parse_work_contract;
 use crate::time::Timestamp;
 
 /// Largest `schema_or_body`, counted in characters of its compact JSON form.
@@ -99,13 +100,19 @@ impl ContextEntrySpec {
                     format!("must be at most {MAX_BODY_CHARS} characters"),
                 );
             }
-            Value::Object(_) => {
+            Value::Object(members) => {
                 let chars = self.schema_or_body.to_string().chars().count();
                 v.check(
                     chars <= MAX_BODY_CHARS,
                     "/schema_or_body",
                     format!("must be at most {MAX_BODY_CHARS} characters as compact JSON"),
                 );
+                if let Some(Err(errors)) = members.get("work_contract").map(parse_work_contract) {
+                    for error in errors {
+                        let pointer = format!("/schema_or_body/work_contract{}", error.pointer);
+                        v.push(pointer, error.detail);
+                    }
+                }
             }
             _ => v.push("/schema_or_body", "must be a string or a JSON object"),
         }
@@ -159,12 +166,35 @@ mod tests {
     fn text_and_object_bodies_are_accepted() {
         for body in [
             r#""Never deploy on Fridays""#,
-            r#"{"work_contract":{"operation_id":"x"}}"#,
+            r#"{"work_contract":{"operation_id":"schedule_review","category_id":"review","description":"Schedule a review","input_schema":{"type":"object","properties":{"when":{"type":"string"}},"required":["when"],"additionalProperties":false}}}"#,
+            r#"{"schema":{"type":"object"}}"#,
         ] {
             let json = format!(r#"{{"id":"a","kind":"verb","schema_or_body":{body}}}"#);
             let spec: ContextEntrySpec = from_slice(json.as_bytes()).unwrap();
             assert!(spec.validate().is_ok(), "{body}");
         }
+    }
+
+    #[test]
+    fn a_bad_work_contract_is_refused_at_its_offending_node() {
+        let spec: ContextEntrySpec = from_slice(
+            br#"{"id":"a","kind":"verb","schema_or_body":{"work_contract":{"operation_id":"x","category_id":"review","description":"d","input_schema":{"type":"object","properties":{"when":{"type":"date"}},"additionalProperties":false},"extra":1}}}"#,
+        )
+        .unwrap();
+        let pointers: Vec<String> = spec
+            .validate()
+            .unwrap_err()
+            .errors
+            .into_iter()
+            .map(|e| e.pointer)
+            .collect();
+        assert_eq!(
+            pointers,
+            [
+                "/schema_or_body/work_contract/extra",
+                "/schema_or_body/work_contract/input_schema/properties/when/type",
+            ]
+        );
     }
 
     #[test]
