@@ -1,9 +1,9 @@
 //! Herma's stores in SQL, every statement written once for SQLite and PostgreSQL.
 //!
-//! Layout: [`SqlStore`] implements [`herma_store::Store`] (`store`, `documents`) and the
-//! governed ports (`governed`) as ordinary generic functions over a [`Backend`] — the pool,
-//! transactions, migration lock and the few dialect spellings one engine supplies (the backend
-//! crates). `query` holds the engine-neutral [`Query`] and its [`Arg`]s, `rows` the decoding of
+//! Layout: [`SqlStore`] implements [`herma_store::Store`] (`store`, `documents`,
+//! `conversations`) and the governed ports (`governed`) as ordinary generic functions over a
+//! [`Backend`] — the pool, transactions, migration lock and the few dialect spellings one engine
+//! supplies (the backend crates). `query` holds the engine-neutral [`Query`] and its [`Arg`]s, `rows` the decoding of
 //! rows into records through [`SqlRow`], `migrations` the migration runner, the migrations
 //! written once ([`SHARED_MIGRATIONS`]) and their DDL tokens ([`expand_ddl`]).
 //!
@@ -11,10 +11,12 @@
 //! `CASE WHEN` rather than `max()`/`GREATEST()`, deletes by primary key rather than
 //! `rowid`/`ctid`, `INSERT … AS alias … ON CONFLICT … DO UPDATE`, multi-row `VALUES`.
 //!
-//! Architecture invariant: a compare-and-set is one statement; governed writes that race are
-//! one statement or one transaction (see `governed`), on every backend alike.
+//! Architecture invariant: a compare-and-set is one statement; governed and conversation writes
+//! that race are one statement or one transaction (see `governed`, `conversations`), on every
+//! backend alike.
 
 mod backend;
+mod conversations;
 mod documents;
 mod governed;
 mod migrations;

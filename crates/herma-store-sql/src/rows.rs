@@ -8,6 +8,7 @@ use herma_core::model::{
 use herma_core::semantic::RuleVectors;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{Collection, Revisions, StoreResult, StoredDoc, StoredVectors, decode_vectors};
+use serde_json::Value;
 use sqlx::Row;
 
 use crate::{backend, corrupt, to_u64};
@@ -52,6 +53,22 @@ pub(crate) fn scope(row: &impl SqlRow) -> StoreResult<CallerScope> {
 
 pub(crate) fn time(row: &impl SqlRow, column: &str) -> StoreResult<Timestamp> {
     row.int(column).map(Timestamp::from_millis)
+}
+
+pub(crate) fn opt_time(row: &impl SqlRow, column: &str) -> StoreResult<Option<Timestamp>> {
+    Ok(row.opt_int(column)?.map(Timestamp::from_millis))
+}
+
+/// A JSON text column.
+pub(crate) fn json(row: &impl SqlRow, column: &str) -> StoreResult<Value> {
+    serde_json::from_str(&row.text(column)?).map_err(|e| corrupt(&format!("{column}: {e}")))
+}
+
+/// A nullable JSON text column.
+pub(crate) fn opt_json(row: &impl SqlRow, column: &str) -> StoreResult<Option<Value>> {
+    row.opt_text(column)?
+        .map(|text| serde_json::from_str(&text).map_err(|e| corrupt(&format!("{column}: {e}"))))
+        .transpose()
 }
 
 pub(crate) fn doc_from_row(row: &impl SqlRow) -> StoreResult<StoredDoc> {

@@ -1,7 +1,8 @@
 //! The store conformance suite: one behaviour, every backend.
 //!
 //! A backend's integration tests call [`store_conformance_tests!`](crate::store_conformance_tests)
-//! with an async factory returning a fresh, migrated store; each case below becomes a named test.
+//! with an async factory returning a fresh, migrated store; each case below, and each of
+//! [`crate::conversation_conformance`], becomes a named test.
 
 // A test suite compiled into the library for the backends' test binaries: failing loudly is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -27,7 +28,7 @@ use crate::{
 #[macro_export]
 macro_rules! store_conformance_tests {
     ($factory:path) => {
-        $crate::store_conformance_tests!(@cases $factory;
+        $crate::store_conformance_tests!(@cases $factory; conformance;
             migrate_is_idempotent,
             keys_are_inserted_found_listed_and_revoked,
             documents_are_created_read_and_listed,
@@ -49,18 +50,40 @@ macro_rules! store_conformance_tests {
             h08_once_per_conversation_claims_have_one_winner,
             semantic_vectors_are_kept_per_version_and_model,
         );
+        $crate::store_conformance_tests!(@cases $factory; conversation_conformance;
+            a_conversation_is_created_by_its_first_turn_and_counts_sealed_turns,
+            attempts_are_kept_in_order_and_replaced_by_number,
+            replaying_a_request_id_returns_the_stored_turn_and_moves_no_counter,
+            a_request_id_reused_with_another_input_is_refused,
+            a_turn_while_another_is_active_is_refused,
+            a_stale_version_is_refused_with_the_current_one,
+            a_changed_fingerprint_is_refused,
+            expired_conversations_become_tombstones_whose_ids_stay_refused,
+            the_sweeper_expires_at_most_its_limit_soonest_first,
+            a_caller_may_create_only_so_many_conversation_ids,
+            a_caller_has_at_most_two_active_turns_until_one_is_sealed,
+            hourly_turns_are_limited_and_a_new_conversation_does_not_reset_them,
+            a_refused_admission_writes_nothing,
+            sealing_twice_is_refused_the_second_time,
+            unfinished_turns_are_the_active_ones_admitted_before_the_cutoff_oldest_first,
+            conversations_are_partitioned_by_caller_scope,
+            reservations_are_all_or_nothing_and_releases_stop_at_zero,
+            sixty_four_concurrent_reservations_stop_exactly_at_the_ceiling,
+            concurrent_admissions_never_exceed_the_active_limit,
+            concurrent_first_turns_of_one_conversation_admit_one,
+        );
 
         #[test]
         fn three_callers_never_observe_or_change_each_others_rows() {
             $crate::conformance::run_isolation_property(|| Box::pin($factory()));
         }
     };
-    (@cases $factory:path; $($case:ident),* $(,)?) => {
+    (@cases $factory:path; $module:ident; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let store = $factory().await;
-                $crate::conformance::$case(store).await;
+                $crate::$module::$case(store).await;
             }
         )*
     };
@@ -478,6 +501,16 @@ pub async fn imports_create_update_and_keep_unchanged_documents(store: Arc<dyn S
     );
 }
 
+/// A context entry body holding a work contract the portable profile accepts.
+fn work_contract_body() -> Value {
+    json!({"work_contract": {
+        "operation_id": "op",
+        "category_id": "planning",
+        "description": "d",
+        "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}
+    }})
+}
+
 pub async fn typed_records_round_trip(store: Arc<dyn Store>) {
     let scope = fresh_scope();
     let mut spec = provision("p1", "deploy");
@@ -494,9 +527,14 @@ pub async fn typed_records_round_trip(store: Arc<dyn Store>) {
         tags: vec!["ops".into()],
         fabric_governance: None,
         uri: Some("https://example.com/x".into()),
-        schema_or_body: json!({"work_contract": {"operation_id": "op"}}),
+        schema_or_body: work_contract_body(),
         ..context_entry("e1", "")
     };
+    let contract = &entry.schema_or_body["work_contract"];
+    assert!(
+        herma_core::conversation::contract::parse_work_contract(contract).is_ok(),
+        "the fixture is a valid work contract"
+    );
     store
         .context_entries()
         .create(&scope, &entry, at(1))

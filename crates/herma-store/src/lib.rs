@@ -1,17 +1,22 @@
 //! Herma's storage ports.
 //!
 //! Layout: the traits ([`KeyStore`], [`DocumentStore`] — provisions and context entries share
-//! one versioned-document contract — [`ReceiptStore`], [`EntityStore`], [`OutcomeStore`], and
-//! [`ClaimStore`], [`VectorStore`] — semantic example vectors — and [`Store`] which is all of them), typed facades over documents ([`Provisions`],
-//! [`ContextEntries`]), the in-memory implementation ([`MemoryStore`]) and, behind the
-//! `conformance` feature, the one suite every backend must pass.
+//! one versioned-document contract — [`ReceiptStore`], [`EntityStore`], [`OutcomeStore`],
+//! [`ClaimStore`], [`VectorStore`] — semantic example vectors —, [`ConversationStore`] — typed
+//! conversations, their turns, attempts and shared ledger — and [`Store`] which is all of
+//! them), typed facades over documents ([`Provisions`], [`ContextEntries`]), the in-memory
+//! implementation ([`MemoryStore`]) and, behind the `conformance` feature, the suites every
+//! backend must pass.
 //!
-//! Architecture invariant: every caller-owned read and write names a [`CallerScope`]; there is
-//! no method that reads across scopes except the admin's key listing.
+//! Architecture invariant: every caller-owned read and write names a [`CallerScope`]; the only
+//! methods that read across scopes are the admin's key listing and the conversation sweeper's
+//! (`unfinished_turns`, `expire_conversations`).
 //! Architecture invariant: compare-and-set writes are single statements in SQL backends; a stale
 //! `expected_version` returns [`StoreError::VersionConflict`] and writes nothing.
 
 mod clock;
+pub mod conversations;
+mod conversations_memory;
 mod documents;
 mod error;
 pub mod governed;
@@ -20,6 +25,8 @@ mod memory;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod conversation_conformance;
 #[cfg(feature = "conformance")]
 pub mod governed_conformance;
 
@@ -32,6 +39,7 @@ use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, Working
 use herma_core::semantic::RuleVectors;
 
 pub use clock::SystemClock;
+pub use conversations::ConversationStore;
 pub use documents::{
     Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
     ImportSummary, Page, Provisions, Revisions, StoredDoc, Typed,
@@ -213,7 +221,14 @@ pub struct AppliedMigration {
 /// Everything Herma stores.
 #[async_trait]
 pub trait Store:
-    KeyStore + DocumentStore + ReceiptStore + EntityStore + OutcomeStore + ClaimStore + VectorStore
+    KeyStore
+    + DocumentStore
+    + ReceiptStore
+    + EntityStore
+    + OutcomeStore
+    + ClaimStore
+    + VectorStore
+    + ConversationStore
 {
     /// `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

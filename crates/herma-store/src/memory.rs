@@ -13,6 +13,11 @@ use herma_core::model::{
 use herma_core::{CallerScope, Timestamp};
 use serde_json::Value;
 
+use crate::conversations::{
+    Admission, AdmitTurn, AttemptRecord, ConversationRecord, ConversationStore, LedgerCharge,
+    Reserved, SealTurn, TurnRecord,
+};
+use crate::conversations_memory::ConversationTables;
 use crate::documents::{
     Collection, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoredDoc,
 };
@@ -45,10 +50,12 @@ impl Inner {
     }
 }
 
-/// Everything in one mutex; never held across an await.
+/// Everything in two mutexes (the conversation port's tables have their own); neither is held
+/// across an await, and no operation takes both.
 #[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    conversations: Mutex<ConversationTables>,
 }
 
 impl MemoryStore {
@@ -58,6 +65,12 @@ impl MemoryStore {
 
     fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
         self.inner
+            .lock()
+            .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))
+    }
+
+    fn conversations(&self) -> StoreResult<MutexGuard<'_, ConversationTables>> {
+        self.conversations
             .lock()
             .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))
     }
@@ -572,6 +585,90 @@ impl VectorStore for MemoryStore {
             *slot = vectors.clone();
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl ConversationStore for MemoryStore {
+    async fn admit_turn(&self, admit: &AdmitTurn) -> StoreResult<Admission> {
+        Ok(self.conversations()?.admit(admit))
+    }
+
+    async fn put_attempt(&self, attempt: &AttemptRecord) -> StoreResult<()> {
+        self.conversations()?.put_attempt(attempt);
+        Ok(())
+    }
+
+    async fn reserve(&self, charges: &[LedgerCharge]) -> StoreResult<Reserved> {
+        Ok(self.conversations()?.reserve(charges))
+    }
+
+    async fn release(&self, charges: &[LedgerCharge]) -> StoreResult<()> {
+        self.conversations()?.release(charges);
+        Ok(())
+    }
+
+    async fn seal_turn(&self, seal: &SealTurn) -> StoreResult<bool> {
+        self.conversations()?.seal(seal)
+    }
+
+    async fn conversation(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+    ) -> StoreResult<Option<ConversationRecord>> {
+        Ok(self.conversations()?.conversation(scope, conversation_id))
+    }
+
+    async fn turn(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        request_id: &str,
+    ) -> StoreResult<Option<TurnRecord>> {
+        Ok(self
+            .conversations()?
+            .turn(scope, conversation_id, request_id))
+    }
+
+    async fn recent_turns(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        Ok(self
+            .conversations()?
+            .recent_turns(scope, conversation_id, limit))
+    }
+
+    async fn attempts(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+        request_id: &str,
+    ) -> StoreResult<Vec<AttemptRecord>> {
+        Ok(self
+            .conversations()?
+            .attempts(scope, conversation_id, request_id))
+    }
+
+    async fn unfinished_turns(
+        &self,
+        admitted_before: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<TurnRecord>> {
+        Ok(self
+            .conversations()?
+            .unfinished_turns(admitted_before, limit))
+    }
+
+    async fn expire_conversations(&self, now: Timestamp, limit: u32) -> StoreResult<u64> {
+        Ok(self.conversations()?.expire(now, limit))
+    }
+
+    async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>> {
+        Ok(self.conversations()?.ledger(counters))
     }
 }
 

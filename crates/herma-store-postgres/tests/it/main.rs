@@ -40,6 +40,24 @@ async fn concurrent_migrations_apply_once() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_schema_share_the_conversation_limits() {
+    let url = testing::test_database_url();
+    let schema = testing::fresh_schema_name();
+    let first = herma_store_postgres::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    first.migrate().await.unwrap();
+    let second = herma_store_postgres::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    herma_store::conversation_conformance::two_stores_on_one_database_share_the_limits(
+        Arc::new(first),
+        Arc::new(second),
+    )
+    .await;
+}
+
 mod governed {
     use std::sync::Arc;
 

@@ -1,23 +1,13 @@
 //! Decoding the governed tables' rows into the ports' records.
 
-use herma_core::Timestamp;
 use herma_store::StoreResult;
 use herma_store::governed::{
     AuditEvent, ExecutionRecord, ExecutionStatus, GovernedCharge, InboxEntry, NotDispatchedCause,
     ResultSlot, RootReceipt, RootRecord, RootStatus, UsageObservation,
 };
-use serde_json::Value;
 
-use crate::rows::{scope, time};
+use crate::rows::{json, opt_json, opt_time, scope, time};
 use crate::{SqlRow, corrupt, to_u64};
-
-fn json(row: &impl SqlRow, column: &str) -> StoreResult<Value> {
-    serde_json::from_str(&row.text(column)?).map_err(|e| corrupt(&format!("{column}: {e}")))
-}
-
-fn opt_time(row: &impl SqlRow, column: &str) -> StoreResult<Option<Timestamp>> {
-    Ok(row.opt_int(column)?.map(Timestamp::from_millis))
-}
 
 pub(super) fn execution_from_row(row: &impl SqlRow) -> StoreResult<ExecutionRecord> {
     let cause = row
@@ -44,10 +34,7 @@ pub(super) fn slot_from_row(row: &impl SqlRow) -> StoreResult<ResultSlot> {
         scope: scope(row)?,
         operation_key: row.text("operation_key")?,
         expires_at: time(row, "expires_at")?,
-        envelope: row
-            .opt_text("envelope")?
-            .map(|e| serde_json::from_str(&e).map_err(|e| corrupt(&format!("envelope: {e}"))))
-            .transpose()?,
+        envelope: opt_json(row, "envelope")?,
         erased_at: opt_time(row, "erased_at")?,
         created_at: time(row, "created_at")?,
     })

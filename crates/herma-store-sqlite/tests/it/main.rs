@@ -38,7 +38,8 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
                 "memory",
                 "rule_vectors",
                 "key_cohorts",
-                "governed"
+                "governed",
+                "conversations"
             ]
         );
         let spec = herma_store::conformance::provision("p", "k");
@@ -60,6 +61,20 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
             .version,
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_share_the_conversation_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let path = path.to_str().unwrap();
+    let first = herma_store_sqlite::open_migrated(path).await.unwrap();
+    let second = herma_store_sqlite::open_migrated(path).await.unwrap();
+    herma_store::conversation_conformance::two_stores_on_one_database_share_the_limits(
+        Arc::new(first),
+        Arc::new(second),
+    )
+    .await;
 }
 
 mod governed {
