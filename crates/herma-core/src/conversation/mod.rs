@@ -2,7 +2,8 @@
 //!
 //! Layout: [`config`] reads one provider's settings in the fixed outcome order; [`grants`] are
 //! the operator's per-caller permissions; [`generation`] says what generation JSON may hold;
-//! [`tariffs`] is Meta's dated price table. Money is exact ([`crate::money`]).
+//! [`tariffs`] is Meta's dated price table; [`providers`] builds each provider's exact request
+//! and reads its reply. Money is exact ([`crate::money`]).
 //!
 //! Everything here is pure and shared with the Worker: the fixtures under `parity/` drive the
 //! tests of both runtimes.
@@ -10,6 +11,7 @@
 pub mod config;
 pub mod generation;
 pub mod grants;
+pub mod providers;
 pub mod tariffs;
 
 #[cfg(test)]
