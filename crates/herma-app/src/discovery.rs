@@ -52,7 +52,10 @@ impl App {
                 "receipts": "/v1/receipts/{id}",
                 "memory": "/v1/memory",
                 "outcomes": "/v1/outcomes",
-                "insights": "/v1/insights"
+                "insights": "/v1/insights",
+                "conversation_turn": "/v1/conversations/turn",
+                "conversation": "/v1/conversations/{id}",
+                "conversation_schema": "/api/conversation-schema"
             },
             "public": {
                 "preview": "/api/preview",
@@ -67,8 +70,7 @@ impl App {
                 "memory": self.memory.is_some(),
                 "semantic_triggers": self.tiers.embedder.is_some(),
                 "micromodel_triggers": self.tiers.classifier.is_some(),
-                // Typed work conversations are not served by this version.
-                "conversations": false
+                "conversations": self.settings.conversation.enabled && self.governed.is_some()
             }
         })
     }

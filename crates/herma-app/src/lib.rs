@@ -7,7 +7,7 @@
 //! lives in `impl App` blocks per concern — [`keys`], [`records`] (provisions and context
 //! entries, with the built-in lock), [`starters`], [`proxy`] (the pipeline; [`dry_run`] shares
 //! its plan), [`insights`], [`discovery`] (preview, connect document, llms.txt, agent card),
-//! [`mcp`], [`handshake`] and [`tessera`] (remote pulls and the sync) — plus the parts they
+//! [`mcp`], [`conversations`] (operator-funded typed turns and their sweeper), [`handshake`] and [`tessera`] (remote pulls and the sync) — plus the parts they
 //! use: [`rule_cache`] (each caller's compiled rules), [`tiers`] (tiers 2 and 3 over the model
 //! ports), [`receipts`] (the batched writer), [`memory`] (the entity and outcome worker),
 //! [`metrics`], [`rate_limit`], [`calibrate`] (`rules eval`), [`transfer`] (import/export files)
@@ -18,6 +18,7 @@
 
 pub mod calibrate;
 pub mod clock;
+pub mod conversations;
 pub mod discovery;
 pub mod dry_run;
 pub mod error;
@@ -69,6 +70,9 @@ pub struct App {
     pub settings: Settings,
     /// The models of tiers 2 and 3 (none until [`App::with_tiers`]).
     pub tiers: tiers::Tiers,
+    /// The governed ports operator-funded turns run their attempts through (none until
+    /// [`App::with_governed`]; turns are then unavailable).
+    pub governed: Option<herma_store::governed::GovernedPorts>,
 }
 
 impl App {
@@ -110,7 +114,14 @@ impl App {
             metrics: metrics::Metrics::default(),
             settings,
             tiers: tiers::Tiers::default(),
+            governed: None,
         }
+    }
+
+    /// Runs conversation attempts through `ports` (the same database as the store).
+    pub fn with_governed(mut self, ports: herma_store::governed::GovernedPorts) -> Self {
+        self.governed = Some(ports);
+        self
     }
 
     /// Uses `tiers` for semantic and micromodel triggers.

@@ -30,7 +30,10 @@ pub fn run(command: ConfigCommand) -> Result<(), Failure> {
                 outln!("warning: {name} is not a Herma setting (a typo?)")?;
             }
             match Settings::from_map(&env) {
-                Ok(_) => outln!("configuration is valid"),
+                Ok(settings) => {
+                    conversation_lines(&settings)?;
+                    outln!("configuration is valid")
+                }
                 Err(errors) => {
                     let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
                     Err(Failure::usage(format!(
@@ -42,4 +45,58 @@ pub fn run(command: ConfigCommand) -> Result<(), Failure> {
         }
         ConfigCommand::Docs => output::write(docs::markdown().as_bytes()),
     }
+}
+
+/// Loud warnings for redirected provider destinations, and each turn provider's state when
+/// conversations are enabled.
+fn conversation_lines(settings: &Settings) -> Result<(), Failure> {
+    use herma_core::conversation::config::{ProviderConfig, fixed_destination};
+    use herma_core::settings::conversation::DESTINATION;
+    use herma_core::upstream::Provider;
+
+    let env = &settings.conversation.env;
+    for (provider, member) in Provider::ALL
+        .into_iter()
+        .zip(herma_core::settings::conversation::PROVIDERS.members)
+    {
+        let name = DESTINATION.name(member);
+        if let Some(url) = env.get(&name) {
+            let (origin, _) = fixed_destination(provider);
+            outln!(
+                "WARNING: {name} sends {} turns and the operator's {} key to {url} instead of {origin}: for a staging mock or a test only",
+                provider.as_str(),
+                provider.as_str()
+            )?;
+        }
+    }
+    if !settings.conversation.enabled {
+        return Ok(());
+    }
+    for provider in Provider::ALL {
+        match ProviderConfig::resolve(env, provider) {
+            Ok(config) => {
+                let key = if config.api_key.is_some() {
+                    "key set"
+                } else {
+                    "no key: turns are recorded as provider_not_configured"
+                };
+                outln!(
+                    "conversation provider {}: usable with {} (allowance {}, {key})",
+                    provider.as_str(),
+                    config.model,
+                    config.allowance
+                )?;
+            }
+            Err(problem) => outln!(
+                "conversation provider {}: {} ({})",
+                provider.as_str(),
+                problem.code,
+                problem.detail
+            )?,
+        }
+    }
+    if let Err(problem) = herma_core::conversation::config::grants(env) {
+        outln!("warning: {}: {}", problem.code, problem.detail)?;
+    }
+    Ok(())
 }

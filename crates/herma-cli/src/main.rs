@@ -10,6 +10,7 @@
 #[macro_use]
 mod output;
 mod config;
+mod conversations;
 mod keys;
 mod models;
 mod records;
@@ -103,6 +104,11 @@ enum Command {
         #[command(subcommand)]
         command: tessera::TesseraCommand,
     },
+    /// Inspect typed work conversations.
+    Conversations {
+        #[command(subcommand)]
+        command: conversations::ConversationsCommand,
+    },
 }
 
 /// A command failure: printed as `error: …`; `usage` failures exit 2, others 1.
@@ -190,10 +196,11 @@ fn init_logging(settings: &Settings) {
 /// unchanged starters keep their versions).
 async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     let shown = settings.database.redacted();
-    let store = wiring::connect_store(&settings.database)
+    let connected = wiring::connect(&settings.database)
         .await
         .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
-    let applied = store
+    let applied = connected
+        .store
         .migrate()
         .await
         .map_err(|e| Failure::runtime(format!("migrating {shown} failed: {e}")))?;
@@ -201,7 +208,11 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
         tracing::info!(version = m.version, name = %m.name, "applied migration");
     }
     let tiers = wiring::open_tiers(&settings.tiers).await.tiers;
-    let app = Arc::new(wiring::app(store, settings)?.with_tiers(tiers));
+    let app = Arc::new(
+        wiring::app(connected.store, settings)?
+            .with_tiers(tiers)
+            .with_governed(connected.governed),
+    );
     let starters = app.load_starters().await.map_err(|p| {
         Failure::runtime(format!(
             "loading the built-in starters failed: {}",
@@ -268,6 +279,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Models { command } => models::run(command).await,
         Command::Rules { command } => rules::run(command).await,
         Command::Tessera { command } => tessera::run(command).await,
+        Command::Conversations { command } => conversations::run(command).await,
     }
 }
 

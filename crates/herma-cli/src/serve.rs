@@ -8,6 +8,17 @@ use crate::{Failure, open_app};
 pub async fn run(settings: Settings) -> Result<(), Failure> {
     let bind = settings.bind;
     let app = open_app(settings).await?;
+    // Turns a stopped process left unfinished are sealed now, then every 30 seconds.
+    match app.sweep_conversations().await {
+        Ok(0) => {}
+        Ok(sealed) => tracing::warn!(
+            sealed,
+            "sealed unfinished conversation turns as provider_outcome_uncertain"
+        ),
+        Err(p) => tracing::warn!(detail = %p.detail, "sweeping conversation turns failed"),
+    }
+    let _sweeper =
+        herma_app::conversations::spawn_sweeper(app.clone(), std::time::Duration::from_secs(30));
     if app.has_no_keys().await.unwrap_or(false) {
         tracing::info!(
             "no keys yet: create one with `{} keys create --scope route,configure --harness claude-code` (same --database)",

@@ -14,13 +14,37 @@ use herma_core::{Problem, ProblemCode};
 use herma_embed::{LocalEmbedder, Options};
 use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_providers::{HttpUpstream, Upstream};
+use herma_store::governed::GovernedPorts;
 use herma_store::{Store, StoreError, SystemClock};
 
 /// Connects to the database named by `url` (not yet migrated).
 pub async fn connect_store(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(connect(url).await?.store)
+}
+
+/// One database behind both the store and the governed ports.
+pub struct Connected {
+    pub store: Arc<dyn Store>,
+    pub governed: GovernedPorts,
+}
+
+/// Connects to the database named by `url` (not yet migrated), for records and governed calls.
+pub async fn connect(url: &DatabaseUrl) -> Result<Connected, StoreError> {
     Ok(match url {
-        DatabaseUrl::Sqlite(path) => Arc::new(herma_store_sqlite::open(path).await?),
-        DatabaseUrl::Postgres(url) => Arc::new(herma_store_postgres::connect(url.expose()).await?),
+        DatabaseUrl::Sqlite(path) => {
+            let store = Arc::new(herma_store_sqlite::open(path).await?);
+            Connected {
+                store: store.clone(),
+                governed: GovernedPorts::uniform(store),
+            }
+        }
+        DatabaseUrl::Postgres(url) => {
+            let store = Arc::new(herma_store_postgres::connect(url.expose()).await?);
+            Connected {
+                store: store.clone(),
+                governed: GovernedPorts::uniform(store),
+            }
+        }
     })
 }
 

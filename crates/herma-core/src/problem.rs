@@ -180,6 +180,12 @@ impl Problem {
             .map(|(_, v)| v)
     }
 
+    /// Adds an extension member (RFC 9457 §3.2).
+    pub fn with_extension(mut self, name: &str, value: Value) -> Self {
+        self.extensions.push((name.to_owned(), value));
+        self
+    }
+
     pub fn with_pointer(mut self, pointer: impl Into<String>) -> Self {
         let pointer = pointer.into();
         let detail = self.detail.clone();

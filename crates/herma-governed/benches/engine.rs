@@ -47,8 +47,8 @@ fn events() -> Vec<Result<ModelEvent, ProviderError>> {
 
 #[async_trait]
 impl ModelClient for Immediate {
-    fn protocol(&self) -> Protocol {
-        Protocol::Messages
+    fn provider_name(&self) -> &'static str {
+        Protocol::Messages.provider_name()
     }
     fn attempts_per_dispatch(&self) -> u32 {
         1

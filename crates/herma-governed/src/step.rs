@@ -346,7 +346,7 @@ impl GovernedStepRunner {
             prices: call.prices,
             day: day_of(now),
             call_id: call_id(&call.scope, &call.operation_key),
-            provider: client.protocol().provider_name().to_owned(),
+            provider: client.provider_name().to_owned(),
             consumers: self.config.consumers.clone(),
             rationale: Some(run.rationale),
             refusal: None,

@@ -177,11 +177,11 @@ fn digest_config(config: &StructuredConfig) -> String {
         "result_retention_ms": config.result_retention.as_millis() as u64,
         "tools": config.tools,
         "max_consecutive_reasoning": config.max_consecutive_reasoning,
-        "provider": config.client.protocol().provider_name(),
+        "provider": config.client.provider_name(),
         "clients": config
             .clients
             .iter()
-            .map(|(name, c)| (name.clone(), c.protocol().provider_name()))
+            .map(|(name, c)| (name.clone(), c.provider_name()))
             .collect::<std::collections::BTreeMap<_, _>>(),
     });
     hex::encode(Sha256::digest(canonical(&data).as_bytes()))

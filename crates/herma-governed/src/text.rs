@@ -324,7 +324,7 @@ impl SingleCallRunner {
             prices: config.prices,
             day: day_of(now),
             call_id: call_id(&run.scope, &run.operation_key),
-            provider: client.protocol().provider_name().to_owned(),
+            provider: client.provider_name().to_owned(),
             consumers: config.consumers.clone(),
             rationale: None,
             refusal: None,

@@ -6,6 +6,7 @@
 //! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
 
+pub mod conversation;
 pub mod fabric;
 pub mod single;
 pub mod tiers;

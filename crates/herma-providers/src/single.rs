@@ -56,8 +56,8 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ProviderErro
 /// The port the governed runners call.
 #[async_trait]
 pub trait ModelClient: Send + Sync {
-    /// The protocol the client speaks (its name is what a governed call records).
-    fn protocol(&self) -> Protocol;
+    /// The provider a governed call records (`anthropic_messages`, `meta_chat`).
+    fn provider_name(&self) -> &'static str;
     /// HTTP attempts one `dispatch` may make. The governed runners accept only 1.
     fn attempts_per_dispatch(&self) -> u32;
     /// Refuses what the provider cannot take (the support matrix), before any network access.
@@ -179,8 +179,8 @@ impl SingleDispatchClient {
 
 #[async_trait]
 impl ModelClient for SingleDispatchClient {
-    fn protocol(&self) -> Protocol {
-        self.protocol
+    fn provider_name(&self) -> &'static str {
+        self.protocol.provider_name()
     }
 
     fn attempts_per_dispatch(&self) -> u32 {

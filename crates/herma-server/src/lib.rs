@@ -46,7 +46,9 @@ impl AppState {
 
 /// The routes and their OpenAPI description.
 fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use routes::{admin, dry_run, mcp, memory, pages, proxy, public, receipts, records, system};
+    use routes::{
+        admin, conversations, dry_run, mcp, memory, pages, proxy, public, receipts, records, system,
+    };
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(pages::landing))
         .routes(routes!(pages::docs))
@@ -83,6 +85,9 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(proxy::count_tokens))
         .routes(routes!(proxy::models))
         .routes(routes!(dry_run::dry_run))
+        .routes(routes!(conversations::turn))
+        .routes(routes!(conversations::get))
+        .routes(routes!(conversations::schema))
         .routes(routes!(memory::memory))
         .routes(routes!(memory::outcomes))
         .routes(routes!(memory::insights))

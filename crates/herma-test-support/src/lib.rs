@@ -14,10 +14,11 @@ use herma_app::keys::NewKey;
 use herma_core::key::Scopes;
 use herma_core::settings::Settings;
 use herma_core::time::ManualClock;
+use herma_store::governed::GovernedPorts;
 use herma_store::{MemoryStore, Store};
 use tokio::sync::oneshot;
 
-pub use herma_mocks::{mock_models, mock_tessera, mock_upstream};
+pub use herma_mocks::{mock_models, mock_providers, mock_tessera, mock_upstream};
 
 /// The embedding model directory the test command provides (`HERMA_EMBED_MODEL_DIR`).
 #[allow(clippy::disallowed_methods)] // the test command's environment, not a Herma setting
@@ -81,21 +82,76 @@ pub fn settings(overrides: &[(&str, &str)]) -> Settings {
     Settings::from_map(&map).expect("valid test settings")
 }
 
-/// Starts Herma on an ephemeral port with the starters loaded.
-pub async fn spawn_app(backend: Backend, overrides: &[(&str, &str)]) -> TestApp {
-    spawn_app_on(fresh_store(backend).await, overrides).await
+/// A fresh store with the governed ports of the same database (memory: an in-memory governed
+/// store beside it).
+pub async fn fresh_stores(backend: Backend) -> Stores {
+    match backend {
+        Backend::Memory => Stores {
+            store: Arc::new(MemoryStore::new()),
+            governed: GovernedPorts::uniform(Arc::new(herma_store::MemoryGovernedStore::new())),
+        },
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("herma.db");
+            let store = Arc::new(
+                herma_store_sqlite::open_migrated(path.to_str().expect("utf-8"))
+                    .await
+                    .expect("sqlite"),
+            );
+            std::mem::forget(dir);
+            Stores {
+                store: store.clone(),
+                governed: GovernedPorts::uniform(store),
+            }
+        }
+        Backend::Postgres => {
+            let store = Arc::new(herma_store_postgres::testing::fresh_store().await);
+            Stores {
+                store: store.clone(),
+                governed: GovernedPorts::uniform(store),
+            }
+        }
+    }
 }
 
-/// Starts Herma over an existing store (several apps can share one, like several instances).
+/// A store and the governed ports over the same database.
+#[derive(Clone)]
+pub struct Stores {
+    pub store: Arc<dyn Store>,
+    pub governed: GovernedPorts,
+}
+
+/// Starts Herma on an ephemeral port with the starters loaded.
+pub async fn spawn_app(backend: Backend, overrides: &[(&str, &str)]) -> TestApp {
+    spawn_app_with(fresh_stores(backend).await, overrides).await
+}
+
+/// Starts Herma over an existing store, without governed ports (several apps can share one,
+/// like several instances).
 pub async fn spawn_app_on(store: Arc<dyn Store>, overrides: &[(&str, &str)]) -> TestApp {
+    start(store, None, overrides).await
+}
+
+/// Starts Herma over existing stores (several apps can share them, like several instances).
+pub async fn spawn_app_with(stores: Stores, overrides: &[(&str, &str)]) -> TestApp {
+    start(stores.store, Some(stores.governed), overrides).await
+}
+
+async fn start(
+    store: Arc<dyn Store>,
+    governed: Option<GovernedPorts>,
+    overrides: &[(&str, &str)],
+) -> TestApp {
     let clock = ManualClock::at(1_796_000_000_000);
     let settings = settings(overrides);
     let upstream = herma_cli::wiring::http_upstream(&settings).expect("http client");
     let tiers = herma_cli::wiring::open_tiers(&settings.tiers).await.tiers;
-    let app = Arc::new(
-        App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream)
-            .with_tiers(tiers),
-    );
+    let mut app = App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream)
+        .with_tiers(tiers);
+    if let Some(governed) = governed {
+        app = app.with_governed(governed);
+    }
+    let app = Arc::new(app);
 
     app.load_starters().await.expect("starters");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -341,10 +341,19 @@ fn config_check_aligns_every_value_to_the_longest_name() {
         .collect();
     assert!(columns.len() > 40, "{text}");
     assert!(columns.iter().all(|c| *c == columns[0]), "{text}");
-    assert!(
-        text.contains("HERMA_CONVERSATION_DISABLED_PROVIDERS  [\"anthropic\"]\n"),
-        "{text}"
-    );
+    let longest = text
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with("HERMA_"))
+        .map(str::len)
+        .max()
+        .unwrap();
+    assert_eq!(columns[0], longest + 2, "two spaces after the longest name");
+    let disabled = text
+        .lines()
+        .find(|line| line.starts_with("HERMA_CONVERSATION_DISABLED_PROVIDERS "))
+        .unwrap();
+    assert!(disabled.ends_with(" [\"anthropic\"]"), "{disabled}");
 }
 
 #[test]
@@ -891,4 +900,63 @@ async fn tessera_sync_brings_verified_starters_and_never_serves_quarantined_ones
     let none = run(dir.path(), &["tessera", "sync"], &[]);
     assert_eq!(none.status.code(), Some(2));
     assert!(stderr(&none).contains("HERMA_TESSERA_URL"));
+}
+
+#[test]
+fn config_check_warns_about_redirected_providers_and_reports_each_turn_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &["config", "check"],
+        &[
+            ("HERMA_CONVERSATION_ENABLED", "true"),
+            ("HERMA_CONVERSATION_META_BASE_URL", "http://127.0.0.1:9700"),
+            ("HERMA_CONVERSATION_META_MAX_OUTPUT", "1024"),
+            ("HERMA_META_BUDGET_USD", "2.01"),
+            ("HERMA_CONVERSATION_OPENAI_MAX_OUTPUT", "lots"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("WARNING: HERMA_CONVERSATION_META_BASE_URL sends meta turns and the operator's meta key to http://127.0.0.1:9700"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "conversation provider meta: usable with muse-spark-1.3 (allowance 1024, no key"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("conversation provider openai: invalid_provider_configuration"),
+        "{text}"
+    );
+    assert!(
+        text.contains("conversation provider anthropic: output_allowance_required"),
+        "{text}"
+    );
+}
+
+#[test]
+fn conversations_show_names_a_bad_scope_and_a_missing_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = run(dir.path(), &["conversations", "show", "alice", "c1"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("`alice` is not a caller scope"),
+        "{}",
+        stderr(&bad)
+    );
+    let missing = run(
+        dir.path(),
+        &["conversations", "show", "key:0123456789abcdef", "c1"],
+        &[],
+    );
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("conversation"),
+        "{}",
+        stderr(&missing)
+    );
 }

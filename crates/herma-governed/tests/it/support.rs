@@ -204,8 +204,8 @@ impl Drop for DropWatch {
 
 #[async_trait]
 impl ModelClient for ScriptedClient {
-    fn protocol(&self) -> Protocol {
-        self.kind
+    fn provider_name(&self) -> &'static str {
+        self.kind.provider_name()
     }
 
     fn attempts_per_dispatch(&self) -> u32 {

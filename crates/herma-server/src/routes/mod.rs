@@ -1,6 +1,7 @@
 //! Route handlers, grouped by resource. Each handler extracts, calls one service, maps the result.
 
 pub mod admin;
+pub mod conversations;
 pub mod dry_run;
 pub mod mcp;
 pub mod memory;

@@ -5,6 +5,7 @@
 
 mod admin;
 mod bad_input;
+mod conversations;
 mod docs;
 mod gate;
 mod governance;

@@ -120,7 +120,7 @@ async fn every_request_example_is_accepted_and_every_json_body_parses_strictly()
         }
     }
     // Creations before the updates and the handshake that need them.
-    const ORDER: [&str; 13] = [
+    const ORDER: [&str; 14] = [
         "/v1/admin/keys",
         "/v1/context",
         "/v1/provisions",
@@ -134,6 +134,7 @@ async fn every_request_example_is_accepted_and_every_json_body_parses_strictly()
         "/v1/messages",
         "/v1/messages/count_tokens",
         "/v1/handshake",
+        "/v1/conversations/turn",
     ];
     for (_, path, _) in &examples {
         assert!(
@@ -164,6 +165,11 @@ async fn every_request_example_is_accepted_and_every_json_body_parses_strictly()
             assert_eq!(made.0, StatusCode::CREATED, "{}", made.2);
             example["remote"] = Value::String(remote.url(""));
             example["remote_key"] = Value::String(remote_key.clone());
+        }
+        if path == "/v1/conversations/turn" {
+            // Turns need an operator's grant for the key and a provider: a server set up so.
+            crate::conversations::accepts_example(example).await;
+            continue;
         }
         let credential = if path.starts_with("/v1/admin/") {
             token

@@ -1,0 +1,987 @@
+//! Typed work conversations: one operator-funded turn, from the caller's body to a sealed,
+//! replayable answer — `clarify`, `ready` or `blocked`, always `executed: false`.
+//!
+//! A turn, in order (every refusal before the turn record writes nothing):
+//! 1. enabled, the body valid, the provider's configuration in the fixed outcome order
+//!    ([`herma_core::conversation::config`]), the caller's own exact grant;
+//! 2. the named context entries (work contracts become tools), the model request, its 32 KiB
+//!    bound;
+//! 3. admission: replay or conflict of the request id, version, active turn, fingerprint,
+//!    expiry, the caller's limits — with the private `server_exception` record;
+//! 4. the attempt, persisted before dispatch: the credential (a missing key is a recorded
+//!    `provider_not_configured` attempt, never another key), the reservation (provider dollars,
+//!    caller tokens, Ollama's daily calls: all or nothing, shared by every process), then one
+//!    governed step call under the turn's operation root, whose cap is the reservation;
+//! 5. the answer read locally and the turn sealed with it.
+//!
+//! A turn left unfinished (a crash, a hung provider) is sealed by [`App::sweep_conversations`]
+//! two minutes after admission as `provider_outcome_uncertain`, never retried; the sweeper also
+//! runs at start-up, so another process seals a dead one's turns. Reservations are not
+//! refunded on a guess: an uncertain attempt keeps its reservation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herma_core::call::{Controls, Role, ToolChoice};
+use herma_core::conversation::config::{self, Pricing, ProviderConfig, Reservation};
+use herma_core::conversation::contract::{WorkContract, parse_work_contract};
+use herma_core::conversation::providers::{AttemptOutcome, MAX_REQUEST_BYTES};
+use herma_core::conversation::turn::{
+    self, Outcome, ProposedCall, TranscriptMessage, TurnBody, TurnContext,
+};
+use herma_core::gate::Principal;
+use herma_core::model::ContextEntrySpec;
+use herma_core::problem::{FieldError, Problem, ProblemCode};
+use herma_core::{CallerScope, Timestamp};
+use herma_governed::{
+    Cap, CapMode, Caps, GovernedStepRunner, LoadedRequest, OperationCallInput, Prices, StepConfig,
+    StepRun, ViewState,
+};
+use herma_providers::conversation::{ConversationClient, DispatchReport};
+use herma_store::conversations::{
+    Admission, AdmitTurn, AttemptRecord, LedgerCharge, Refusal, Reserved, SealTurn, TurnLimits,
+    TurnRecord, TurnStatus,
+};
+use herma_store::governed::{RootRecord, RootStatus};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::App;
+use crate::records::own_scope;
+
+/// The seed's limits.
+pub const LIMITS: TurnLimits = TurnLimits {
+    active_per_caller: 2,
+    turns_per_hour: 60,
+    conversations_per_caller: 10_000,
+    lifetime_ms: 24 * 3600 * 1000,
+};
+/// An unfinished turn is sealed this long after admission.
+pub const SEAL_AFTER_MS: i64 = 120_000;
+/// How long one attempt may take (below the sealing age, so a live attempt is never sealed).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(100);
+/// How many recent turns `GET /v1/conversations/{id}` shows.
+pub const RECENT_TURNS: u32 = 20;
+
+/// What a turn answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnAnswer {
+    pub body: Value,
+    /// A spending ceiling refused the turn (the transport answers 429, on replays too).
+    pub budget_denied: bool,
+    /// The answer was stored earlier: no model was called now.
+    pub replayed: bool,
+}
+
+/// What the store keeps as a turn's answer class (its `http_status` column): answered, or
+/// refused by a ceiling.
+const ANSWERED: u16 = 200;
+const BUDGET_DENIED: u16 = 429;
+
+fn internal(err: impl std::fmt::Display) -> Problem {
+    tracing::error!(error = %err, "conversation store failed");
+    Problem::new(
+        ProblemCode::Unavailable,
+        "the conversation store is unavailable; the turn was not completed",
+    )
+}
+
+fn conflict(detail: impl Into<String>, reason: &str) -> Problem {
+    Problem::new(ProblemCode::ConversationConflict, detail).with_extension("reason", json!(reason))
+}
+
+fn refusal_problem(refusal: Refusal) -> Problem {
+    match refusal {
+        Refusal::RequestIdReused => conflict(
+            "this request_id was used with another input; send a new request_id",
+            "request_id_reused",
+        ),
+        Refusal::TurnActive => conflict(
+            "a turn of this conversation is being answered; retry when it is done",
+            "turn_active",
+        ),
+        Refusal::VersionConflict { current } => conflict(
+            format!("expected_version is stale; the conversation is at version {current}"),
+            "version_conflict",
+        )
+        .with_extension("current_version", json!(current)),
+        Refusal::FingerprintChanged => conflict(
+            "the conversation's context, contracts or provider changed since it began; start a new conversation",
+            "contract_changed",
+        ),
+        Refusal::Expired => Problem::new(
+            ProblemCode::ConversationExpired,
+            "this conversation no longer accepts turns (24 hours after it began); start a new conversation id",
+        ),
+        Refusal::TooManyConversations => Problem::new(
+            ProblemCode::ConversationLimit,
+            "this key has created as many conversation ids as allowed (10,000); ask the operator",
+        )
+        .with_extension("reason", json!("conversation_ids")),
+        Refusal::TooManyActiveTurns => Problem::new(
+            ProblemCode::ConversationLimit,
+            "this key has two turns being answered; retry when one is done",
+        )
+        .with_extension("reason", json!("active_turns")),
+        Refusal::HourlyTurnsExhausted => Problem::new(
+            ProblemCode::ConversationLimit,
+            "this key has started 60 turns this hour; retry in the next hour",
+        )
+        .with_extension("reason", json!("turns_per_hour")),
+    }
+}
+
+/// A short stable key from parts (ids the governed engine accepts).
+fn digest_key(prefix: &str, parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    format!("{prefix}-{}", &hex::encode(hasher.finalize())[..40])
+}
+
+fn hour_of(now: Timestamp) -> String {
+    now.to_rfc3339().chars().take(13).collect()
+}
+
+fn day_of(now: Timestamp) -> String {
+    now.to_rfc3339().chars().take(10).collect()
+}
+
+/// The charges one attempt reserves, all or nothing.
+fn charges(
+    scope: &CallerScope,
+    config: &ProviderConfig,
+    reservation: Reservation,
+    caller_tokens_per_hour: Option<u64>,
+    now: Timestamp,
+) -> Vec<LedgerCharge> {
+    let mut charges = Vec::new();
+    match config.pricing {
+        Pricing::Metered { budget_micros, .. } => charges.push(LedgerCharge {
+            counter: format!("provider:{}", config.provider.as_str()),
+            amount: reservation.micros.unwrap_or(u64::MAX),
+            ceiling: budget_micros,
+        }),
+        Pricing::Calls { per_day } => charges.push(LedgerCharge {
+            counter: format!("calls:{}:{}", config.provider.as_str(), day_of(now)),
+            amount: 1,
+            ceiling: per_day,
+        }),
+    }
+    if let Some(ceiling) = caller_tokens_per_hour {
+        charges.push(LedgerCharge {
+            counter: format!("caller_tokens:{scope}:{}", hour_of(now)),
+            amount: reservation.tokens,
+            ceiling,
+        });
+    }
+    charges
+}
+
+/// The governed prices of a configuration: micros per million tokens are picodollars per token.
+fn prices(config: &ProviderConfig) -> Prices {
+    let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    match config.pricing {
+        Pricing::Metered { tariff, .. } => Prices {
+            input_per_mtok: signed(tariff.input_picos_per_token),
+            output_per_mtok: signed(tariff.output_picos_per_token),
+            cache_read_per_mtok: signed(tariff.cached_input_picos_per_token),
+            // Cache writes are never asked for; priced at twice the input if a provider reports
+            // them anyway.
+            cache_write_per_mtok: signed(tariff.input_picos_per_token.saturating_mul(2)),
+        },
+        Pricing::Calls { .. } => Prices {
+            input_per_mtok: 0,
+            output_per_mtok: 0,
+            cache_read_per_mtok: 0,
+            cache_write_per_mtok: 0,
+        },
+    }
+}
+
+/// The named context entries, in order: work contracts and reference entries.
+struct Named {
+    context: Vec<TurnContext>,
+    contracts: Vec<WorkContract>,
+    references: Vec<TurnContext>,
+}
+
+impl App {
+    /// Answers one turn (or replays its stored answer).
+    pub async fn conversation_turn(
+        &self,
+        principal: &Principal,
+        body: TurnBody,
+    ) -> Result<TurnAnswer, Problem> {
+        let conversation = &self.settings.conversation;
+        if !conversation.enabled {
+            return Err(Problem::new(
+                ProblemCode::ConversationDisabled,
+                "typed conversations are disabled on this server; the operator enables them with HERMA_CONVERSATION_ENABLED=true",
+            ));
+        }
+        let scope = own_scope(principal)?.clone();
+        body.validate()?;
+        let config = ProviderConfig::resolve(&conversation.env, body.provider)?;
+        let grants = config::grants(&conversation.env)?;
+        let grant = grants.admit(&scope, &config.choice())?;
+        let caller_tokens = config::caller_tokens_per_hour(&conversation.env)?;
+        let Some(governed) = self.governed.clone() else {
+            return Err(Problem::new(
+                ProblemCode::Unavailable,
+                "this server has no governed store for operator-funded turns",
+            ));
+        };
+
+        let named = self.named_context(principal, &body.context_refs).await?;
+        let fingerprint = turn::fingerprint(body.provider, &config.model, &named.context);
+        let existing = self
+            .store
+            .conversation(&scope, &body.conversation_id)
+            .await
+            .map_err(internal)?;
+        let transcript: Vec<TranscriptMessage> = existing
+            .as_ref()
+            .and_then(|c| c.transcript.clone())
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(internal)?
+            .unwrap_or_default();
+        let input = turn::model_input(
+            &named.contracts,
+            &named.references,
+            &transcript,
+            &body.message,
+        );
+        let client_request = herma_core::call::ModelRequest {
+            system: Some(input.system.clone()),
+            messages: input.messages.clone(),
+            tools: input.tools.clone(),
+            output: None,
+            controls: controls(&config, !input.tools.is_empty()),
+            call: None,
+        };
+        let request_bytes = herma_core::conversation::providers::encode(
+            &config,
+            &herma_core::conversation::providers::TurnRequest {
+                system: input.system.clone(),
+                messages: input.messages.clone(),
+                tools: input.tools.clone(),
+            },
+        )
+        .body
+        .len();
+        if request_bytes > MAX_REQUEST_BYTES {
+            return Err(Problem::new(
+                ProblemCode::PayloadTooLarge,
+                format!(
+                    "the model request this turn needs is {request_bytes} bytes, over the {MAX_REQUEST_BYTES}-byte limit; name fewer context entries or start a new conversation"
+                ),
+            ));
+        }
+        let reservation = config.reservation(request_bytes as u64);
+        let now = self.clock.now();
+        let server_exception = json!({
+            "purpose": "caller-requested interactive proposal of one typed action",
+            "capability": "propose_typed_action: the caller asked in a typed conversation; Herma validates the proposal locally and never executes it",
+            "principal": principal_id(principal),
+            "scope": {
+                "caller": scope.as_str(),
+                "conversation_id": body.conversation_id,
+                "context_refs": body.context_refs,
+            },
+            "effect": "proposal_only",
+            "payer": "operator",
+            "grant": {"provider": config.provider.as_str(), "model": config.model, "routing_provider": config.routing_provider, "allow_uncertain_failover": grant.allow_uncertain_failover},
+            "destination": config.destination.url(),
+            "destination_overridden": config.destination.overridden,
+            "output_allowance_tokens": config.allowance,
+            "reservation": {"tokens": reservation.tokens, "usd_micros": reservation.micros, "input_bytes": request_bytes},
+            "timeout_ms": ATTEMPT_TIMEOUT.as_millis() as u64,
+            "retry_policy": "none: one request per attempt, never retried; an unfinished turn is sealed as provider_outcome_uncertain after two minutes",
+        });
+        let admitted = self
+            .store
+            .admit_turn(&AdmitTurn {
+                caller_scope: scope.clone(),
+                conversation_id: body.conversation_id.clone(),
+                request_id: body.request_id.clone(),
+                input_digest: body.input_digest(),
+                expected_version: body.expected_version,
+                fingerprint,
+                server_exception,
+                now,
+                hour: hour_of(now),
+                limits: LIMITS,
+            })
+            .await
+            .map_err(internal)?;
+        let turn = match admitted {
+            Admission::Admitted(turn) => turn,
+            Admission::Existing(turn) => return replay(&turn),
+            Admission::Refused(refusal) => return Err(refusal_problem(refusal)),
+        };
+
+        let attempt = Attempt {
+            scope: &scope,
+            body: &body,
+            config: &config,
+            reservation,
+            request_bytes,
+        };
+        let (outcome, attempt_record, budget_denied) = self
+            .attempt(
+                &attempt,
+                &named.contracts,
+                client_request,
+                governed,
+                caller_tokens,
+            )
+            .await?;
+        self.seal(&turn, &body, outcome, vec![attempt_record], budget_denied)
+            .await
+    }
+
+    async fn named_context(
+        &self,
+        principal: &Principal,
+        refs: &[String],
+    ) -> Result<Named, Problem> {
+        let mut named = Named {
+            context: Vec::new(),
+            contracts: Vec::new(),
+            references: Vec::new(),
+        };
+        let mut errors = Vec::new();
+        for (i, id) in refs.iter().enumerate() {
+            let entry = match self.get_record::<ContextEntrySpec>(principal, id).await {
+                Ok(entry) => entry,
+                Err(problem) if problem.code == ProblemCode::NotFound => {
+                    errors.push(FieldError::new(
+                        format!("/context_refs/{i}"),
+                        "names no context entry visible to this key",
+                    ));
+                    continue;
+                }
+                Err(problem) => return Err(problem),
+            };
+            let context = TurnContext {
+                id: entry.spec.id.clone(),
+                version: entry.version,
+                title: entry.spec.title.clone(),
+                body: entry.spec.schema_or_body.clone(),
+            };
+            match entry.spec.schema_or_body.get("work_contract") {
+                Some(contract) => match parse_work_contract(contract) {
+                    Ok(contract) => named.contracts.push(contract),
+                    Err(_) => errors.push(FieldError::new(
+                        format!("/context_refs/{i}"),
+                        "names a work contract that no longer passes the portable profile; rewrite it",
+                    )),
+                },
+                None => named.references.push(context.clone()),
+            }
+            named.context.push(context);
+        }
+        let mut ids: Vec<&str> = named
+            .contracts
+            .iter()
+            .map(WorkContract::operation_id)
+            .collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            errors.push(FieldError::new(
+                "/context_refs",
+                "names two work contracts with the same operation_id",
+            ));
+        }
+        if errors.is_empty() {
+            Ok(named)
+        } else {
+            Err(Problem::validation(errors))
+        }
+    }
+
+    /// One attempt: persisted before dispatch, the credential, the reservation, the governed
+    /// call, the outcome.
+    async fn attempt(
+        &self,
+        attempt: &Attempt<'_>,
+        contracts: &[WorkContract],
+        request: herma_core::call::ModelRequest,
+        governed: herma_store::governed::GovernedPorts,
+        caller_tokens: Option<u64>,
+    ) -> Result<(Outcome, Value, bool), Problem> {
+        let config = attempt.config;
+        let now = self.clock.now();
+        let mut record = json!({
+            "attempt": 1,
+            "provider": config.provider.as_str(),
+            "model": config.model,
+            "routing_provider": config.routing_provider,
+            "destination": config.destination.url(),
+            "payer": "operator",
+            "allowance_tokens": config.allowance,
+            "request_bytes": attempt.request_bytes,
+            "reservation_status": "not_reserved",
+            "reservation_ceiling_tokens": attempt.reservation.tokens,
+            "reservation_ceiling_usd": attempt.reservation.micros.map(herma_core::money::format_micros),
+            "reserved_tokens": 0,
+            "request_sent": false,
+            "outcome": Value::Null,
+            "usage": Value::Null,
+            "cost_usd": Value::Null,
+            "cost_reason": "reservations are not invoices: usage is recorded as reported",
+            "reported_model": Value::Null,
+            "reported_provider": Value::Null,
+            "upstream_http_status": Value::Null,
+            "provider_diagnostics": Value::Null,
+        });
+        self.put_attempt(attempt, &record, now).await?;
+
+        // The credential, before anything is reserved.
+        let Some(client) = ConversationClient::new(config.clone(), self.upstream.clone()) else {
+            record["outcome"] = json!(AttemptOutcome::ProviderNotConfigured.as_str());
+            record["request_sent"] = json!(false);
+            self.put_attempt(attempt, &record, now).await?;
+            return Ok((
+                Outcome::blocked(
+                    AttemptOutcome::ProviderNotConfigured.as_str(),
+                    format!(
+                        "the operator has no key for {}; no request was sent",
+                        config.provider.as_str()
+                    ),
+                ),
+                record,
+                false,
+            ));
+        };
+
+        // The reservation: all or nothing, shared by every caller and process.
+        record["reservation_status"] = json!("pending");
+        self.put_attempt(attempt, &record, now).await?;
+        let charges = charges(
+            attempt.scope,
+            config,
+            attempt.reservation,
+            caller_tokens,
+            now,
+        );
+        match self.store.reserve(&charges).await {
+            Ok(Reserved::All) => {
+                record["reservation_status"] = json!("reserved");
+                record["reserved_tokens"] = json!(attempt.reservation.tokens);
+            }
+            Ok(Reserved::Denied { counter }) => {
+                let (outcome, what) = if counter.starts_with("caller_tokens:") {
+                    (
+                        AttemptOutcome::CallerBudgetDenied,
+                        "this key's hourly token allowance",
+                    )
+                } else {
+                    (
+                        AttemptOutcome::ProviderBudgetDenied,
+                        "the provider's operator budget",
+                    )
+                };
+                record["reservation_status"] = json!("denied");
+                record["outcome"] = json!(outcome.as_str());
+                self.put_attempt(attempt, &record, now).await?;
+                return Ok((
+                    Outcome::blocked(
+                        outcome.as_str(),
+                        format!("this turn's reservation would pass {what}; no request was sent"),
+                    ),
+                    record,
+                    true,
+                ));
+            }
+            Err(err) => {
+                // A failure inside the atomic reservation: whether it committed is unknown.
+                record["reservation_status"] = json!("unknown");
+                record["outcome"] =
+                    json!(AttemptOutcome::StorageOrCoordinationUnavailable.as_str());
+                tracing::error!(error = %err, "conversation reservation failed");
+                let _ = self.put_attempt(attempt, &record, now).await;
+                return Ok((
+                    Outcome::blocked(
+                        AttemptOutcome::StorageOrCoordinationUnavailable.as_str(),
+                        "the reservation could not be confirmed; no request was sent",
+                    ),
+                    record,
+                    false,
+                ));
+            }
+        }
+        record["request_sent"] = json!(true);
+        self.put_attempt(attempt, &record, now).await?;
+
+        let run = self
+            .governed_call(attempt, request, governed, client.clone())
+            .await;
+        let report = client.report();
+        let outcome = self.read_attempt(&mut record, run, report.as_ref(), contracts);
+        self.put_attempt(attempt, &record, self.clock.now()).await?;
+        Ok((outcome, record, false))
+    }
+
+    async fn put_attempt(
+        &self,
+        attempt: &Attempt<'_>,
+        record: &Value,
+        now: Timestamp,
+    ) -> Result<(), Problem> {
+        self.store
+            .put_attempt(&AttemptRecord {
+                caller_scope: attempt.scope.clone(),
+                conversation_id: attempt.body.conversation_id.clone(),
+                request_id: attempt.body.request_id.clone(),
+                attempt: 1,
+                record: record.clone(),
+                updated_at: now,
+            })
+            .await
+            .map_err(internal)
+    }
+
+    /// The one governed step call of an attempt, under the turn's root.
+    async fn governed_call(
+        &self,
+        attempt: &Attempt<'_>,
+        request: herma_core::call::ModelRequest,
+        governed: herma_store::governed::GovernedPorts,
+        client: Arc<ConversationClient>,
+    ) -> Result<herma_governed::RunOutcome, herma_governed::GovernedError> {
+        let config = attempt.config;
+        let scope = attempt.scope;
+        let body = attempt.body;
+        let now = self.clock.now();
+        let root_key = digest_key(
+            "turn",
+            &[scope.as_str(), &body.conversation_id, &body.request_id],
+        );
+        let deadline = now.plus_millis(ATTEMPT_TIMEOUT.as_millis() as i64);
+        governed
+            .trees
+            .open_root(&RootRecord {
+                scope: scope.clone(),
+                root_key: root_key.clone(),
+                binding: json!({"conversation_id": body.conversation_id, "request_id": body.request_id}),
+                status: RootStatus::Active,
+                deadline_at: deadline,
+                reserved_calls: 0,
+                settled_micros: 0,
+                receipts: 0,
+                created_at: now,
+                closed_at: None,
+            })
+            .await
+            .map_err(herma_governed::GovernedError::from)?;
+        let mut step = StepConfig::new(governed, client);
+        step.clock = self.clock.clone();
+        step.run_timeout = ATTEMPT_TIMEOUT;
+        step.max_request_chars = MAX_REQUEST_BYTES * 4;
+        step.consumers = vec!["herma.conversations".to_owned()];
+        step.caps = Caps {
+            session: None,
+            day: None,
+            root: attempt.reservation.micros.map(|micros| Cap {
+                limit_micros: i64::try_from(micros).unwrap_or(i64::MAX),
+                mode: CapMode::Warn,
+            }),
+        };
+        let runner = GovernedStepRunner::new(step)?;
+        let loaded = LoadedRequest {
+            system: request.system.clone(),
+            messages: request.messages.clone(),
+            tools: request.tools.clone(),
+            tool_choice: request.controls.tool_choice.clone(),
+        };
+        runner
+            .run(StepRun {
+                call: OperationCallInput {
+                    scope: scope.clone(),
+                    root_key: root_key.clone(),
+                    operation_key: format!("{root_key}-a1"),
+                    session_id: digest_key("conversation", &[scope.as_str(), &body.conversation_id]),
+                    intent: "propose_typed_action".to_owned(),
+                    input_revision: digest_key("input", &[&body.input_digest()]),
+                    policy_version: "conversation-v1".to_owned(),
+                    price_version: digest_key("prices", &[&format!("{:?}", config.pricing)]),
+                    output_contract_version: "proposal-v1".to_owned(),
+                    prices: prices(config),
+                    controls: request.controls.clone(),
+                    deadline_at: deadline,
+                    client: None,
+                },
+                rationale: format!(
+                    "caller-requested typed proposal, operator-funded under the caller's grant for {} {}",
+                    config.provider.as_str(),
+                    config.model
+                ),
+                cancel: None,
+                load_request: Box::new(move || Box::pin(async move { Ok(loaded) })),
+            })
+            .await
+    }
+
+    /// The attempt's record and the turn's outcome from the governed run and the dispatch
+    /// report.
+    fn read_attempt(
+        &self,
+        record: &mut Value,
+        run: Result<herma_governed::RunOutcome, herma_governed::GovernedError>,
+        report: Option<&DispatchReport>,
+        contracts: &[WorkContract],
+    ) -> Outcome {
+        if let Some(report) = report {
+            record["upstream_http_status"] = json!(report.http_status);
+            record["reported_model"] = json!(report.reported_model);
+            record["reported_provider"] = json!(report.reported_provider);
+            if let Some(diagnostics) = &report.diagnostics {
+                record["provider_diagnostics"] = json!(diagnostics);
+            }
+        }
+        let run = match run {
+            Ok(run) => run,
+            Err(err) => {
+                tracing::warn!(error = %err, "a conversation attempt's governed call failed");
+                let outcome = report
+                    .map(|r| r.outcome)
+                    .unwrap_or(AttemptOutcome::ProviderOutcomeUncertain);
+                record["outcome"] = json!(outcome.as_str());
+                return blocked_by(outcome);
+            }
+        };
+        if let Some(charge) = &run.view.receipt {
+            record["governed_charge_usd_micros"] = json!(charge.amount_micros);
+            if let Some(usage) = charge.detail.get("usage") {
+                record["usage"] = usage.clone();
+            }
+        }
+        let completed = run.view.state == ViewState::Completed;
+        let step = run.view.envelope().and_then(|e| e.step.clone());
+        match (report.map(|r| r.outcome), step) {
+            (Some(AttemptOutcome::Completed), Some(step)) if completed => {
+                record["outcome"] = json!(AttemptOutcome::Completed.as_str());
+                let calls: Vec<ProposedCall> = step
+                    .tool_calls
+                    .iter()
+                    .map(|c| ProposedCall {
+                        name: c.name.clone(),
+                        arguments: if c.malformed {
+                            String::new()
+                        } else {
+                            c.input.to_string()
+                        },
+                    })
+                    .collect();
+                turn::interpret(contracts, &step.text, &calls)
+            }
+            (Some(AttemptOutcome::Completed), _) if run.invalid_reason.is_some() => {
+                record["outcome"] = json!(AttemptOutcome::Completed.as_str());
+                record["invalid_reason"] = json!(format!("{:?}", run.invalid_reason));
+                Outcome::blocked(
+                    "unknown_operation",
+                    "The model's answer was not a proposal Herma can read (an unknown function or malformed output).",
+                )
+            }
+            (Some(outcome), _) => {
+                record["outcome"] = json!(outcome.as_str());
+                blocked_by(outcome)
+            }
+            (None, _) => {
+                record["outcome"] = json!(AttemptOutcome::ProviderOutcomeUncertain.as_str());
+                blocked_by(AttemptOutcome::ProviderOutcomeUncertain)
+            }
+        }
+    }
+
+    /// Seals the turn with its outcome; the stored answer is what replays return.
+    async fn seal(
+        &self,
+        turn: &TurnRecord,
+        body: &TurnBody,
+        outcome: Outcome,
+        attempts: Vec<Value>,
+        budget_denied: bool,
+    ) -> Result<TurnAnswer, Problem> {
+        let mut answer = json!({
+            "conversation_id": body.conversation_id,
+            "request_id": body.request_id,
+            "version": turn.version_before + 1,
+            "executed": false,
+            "attempts": attempts,
+        });
+        if let (Some(answer), Value::Object(members)) = (answer.as_object_mut(), outcome.to_json())
+        {
+            answer.extend(members);
+        }
+        let transcript_append = vec![
+            json!(TranscriptMessage {
+                role: Role::User,
+                text: body.message.clone(),
+            }),
+            json!(TranscriptMessage {
+                role: Role::Assistant,
+                text: outcome.transcript_text(),
+            }),
+        ];
+        let sealed = self
+            .store
+            .seal_turn(&SealTurn {
+                caller_scope: turn.caller_scope.clone(),
+                conversation_id: turn.conversation_id.clone(),
+                request_id: turn.request_id.clone(),
+                http_status: if budget_denied {
+                    BUDGET_DENIED
+                } else {
+                    ANSWERED
+                },
+                response: answer.clone(),
+                transcript_append,
+                now: self.clock.now(),
+            })
+            .await
+            .map_err(internal)?;
+        if !sealed {
+            // The sweeper sealed it first (the attempt outlived two minutes): its answer stands.
+            let stored = self
+                .store
+                .turn(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
+                .await
+                .map_err(internal)?
+                .ok_or_else(|| internal("a sealed turn disappeared"))?;
+            return replay(&stored);
+        }
+        Ok(TurnAnswer {
+            body: answer,
+            budget_denied,
+            replayed: false,
+        })
+    }
+
+    /// The caller's own conversation: its transcript, active request and recent turns with
+    /// their attempts.
+    pub async fn conversation_view(
+        &self,
+        principal: &Principal,
+        conversation_id: &str,
+    ) -> Result<Value, Problem> {
+        let scope = own_scope(principal)?;
+        self.conversation_record(scope, conversation_id).await
+    }
+
+    /// A conversation as an operator inspects it (`herma conversations show`).
+    pub async fn conversation_record(
+        &self,
+        scope: &CallerScope,
+        conversation_id: &str,
+    ) -> Result<Value, Problem> {
+        let conversation = self
+            .store
+            .conversation(scope, conversation_id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| Problem::not_found("conversation", conversation_id))?;
+        let turns = self
+            .store
+            .recent_turns(scope, conversation_id, RECENT_TURNS)
+            .await
+            .map_err(internal)?;
+        let mut recent = Vec::new();
+        for turn in turns {
+            let attempts = self
+                .store
+                .attempts(scope, conversation_id, &turn.request_id)
+                .await
+                .map_err(internal)?;
+            recent.push(json!({
+                "request_id": turn.request_id,
+                "status": turn.status.as_str(),
+                "version_before": turn.version_before,
+                "created_at": turn.created_at,
+                "sealed_at": turn.sealed_at,
+                "answer": turn.response,
+                "server_exception": turn.server_exception,
+                "attempts": attempts.into_iter().map(|a| a.record).collect::<Vec<_>>(),
+            }));
+        }
+        Ok(json!({
+            "conversation_id": conversation.conversation_id,
+            "version": conversation.version,
+            "created_at": conversation.created_at,
+            "expires_at": conversation.expires_at,
+            "expired": conversation.expired,
+            "active_request_id": conversation.active_request_id,
+            "transcript": conversation.transcript,
+            "recent_turns": recent,
+        }))
+    }
+
+    /// Seals turns unfinished two minutes after admission as `provider_outcome_uncertain`
+    /// (never retried; reservations kept) and expires conversations past their lifetime.
+    /// Returns how many turns it sealed.
+    pub async fn sweep_conversations(&self) -> Result<u64, Problem> {
+        let now = self.clock.now();
+        // Admitted at or before `now - 2 min` (the store's cutoff is exclusive).
+        let cutoff = now.plus_millis(1 - SEAL_AFTER_MS);
+        let mut sealed = 0;
+        loop {
+            let unfinished = self
+                .store
+                .unfinished_turns(cutoff, 100)
+                .await
+                .map_err(internal)?;
+            if unfinished.is_empty() {
+                break;
+            }
+            let batch = unfinished.len();
+            for turn in unfinished {
+                if self.seal_abandoned(&turn, now).await? {
+                    sealed += 1;
+                }
+            }
+            if batch < 100 {
+                break;
+            }
+        }
+        self.store
+            .expire_conversations(now, 1000)
+            .await
+            .map_err(internal)?;
+        Ok(sealed)
+    }
+
+    async fn seal_abandoned(&self, turn: &TurnRecord, now: Timestamp) -> Result<bool, Problem> {
+        let mut attempts = self
+            .store
+            .attempts(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
+            .await
+            .map_err(internal)?;
+        for attempt in &mut attempts {
+            if attempt.record.get("outcome").is_none_or(Value::is_null) {
+                attempt.record["outcome"] =
+                    json!(AttemptOutcome::ProviderOutcomeUncertain.as_str());
+                attempt.updated_at = now;
+                self.store.put_attempt(attempt).await.map_err(internal)?;
+            }
+        }
+        let outcome = blocked_by(AttemptOutcome::ProviderOutcomeUncertain);
+        let mut answer = json!({
+            "conversation_id": turn.conversation_id,
+            "request_id": turn.request_id,
+            "version": turn.version_before + 1,
+            "executed": false,
+            "attempts": attempts.iter().map(|a| a.record.clone()).collect::<Vec<_>>(),
+        });
+        if let (Some(answer), Value::Object(members)) = (answer.as_object_mut(), outcome.to_json())
+        {
+            answer.extend(members);
+        }
+        self.store
+            .seal_turn(&SealTurn {
+                caller_scope: turn.caller_scope.clone(),
+                conversation_id: turn.conversation_id.clone(),
+                request_id: turn.request_id.clone(),
+                http_status: ANSWERED,
+                response: answer,
+                transcript_append: vec![json!(TranscriptMessage {
+                    role: Role::Assistant,
+                    text: outcome.transcript_text(),
+                })],
+                now,
+            })
+            .await
+            .map_err(internal)
+    }
+}
+
+/// One attempt's fixed inputs.
+struct Attempt<'a> {
+    scope: &'a CallerScope,
+    body: &'a TurnBody,
+    config: &'a ProviderConfig,
+    reservation: Reservation,
+    request_bytes: usize,
+}
+
+fn controls(config: &ProviderConfig, tools: bool) -> Controls {
+    Controls {
+        model: config.model.clone(),
+        max_tokens: u32::try_from(config.allowance).unwrap_or(u32::MAX),
+        temperature: None,
+        tool_choice: tools.then_some(ToolChoice::Auto),
+        cache: None,
+    }
+}
+
+fn principal_id(principal: &Principal) -> Value {
+    match principal {
+        Principal::Key(key) => json!({"key_id": key.key_id.to_string(), "scope": "route"}),
+        Principal::Bootstrap => json!("bootstrap"),
+    }
+}
+
+fn blocked_by(outcome: AttemptOutcome) -> Outcome {
+    let message = match outcome {
+        AttemptOutcome::ProviderOutcomeUncertain => {
+            "The provider's outcome is unknown (it may have been charged); the turn is not retried."
+        }
+        AttemptOutcome::ProviderInvalidResponse => {
+            "The provider's reply could not be read (it may have been charged); the turn is not retried."
+        }
+        AttemptOutcome::ProviderRateLimited => {
+            "The provider is rate limiting this account; try later."
+        }
+        AttemptOutcome::ProviderPaymentRequired => {
+            "The operator's provider account needs payment or credit."
+        }
+        AttemptOutcome::ProviderUnavailable => "The provider is unavailable; try later.",
+        AttemptOutcome::ProviderRejected => "The provider refused the request.",
+        _ => "No proposal could be made.",
+    };
+    Outcome::blocked(outcome.as_str(), message)
+}
+
+/// A stored turn's answer: sealed ones replay; an active one is still being answered.
+fn replay(turn: &TurnRecord) -> Result<TurnAnswer, Problem> {
+    match (turn.status, &turn.response) {
+        (TurnStatus::Sealed, Some(body)) => Ok(TurnAnswer {
+            body: body.clone(),
+            budget_denied: turn.http_status == Some(BUDGET_DENIED),
+            replayed: true,
+        }),
+        (TurnStatus::Sealed, None) => Err(Problem::new(
+            ProblemCode::ConversationExpired,
+            "this turn's answer expired with its conversation",
+        )),
+        (TurnStatus::Active, _) => Err(conflict(
+            "this turn is still being answered; repeat the request later for its answer",
+            "turn_active",
+        )),
+    }
+}
+
+/// Sweeps every `every` (the first sweep after one period) until the app is dropped.
+pub fn spawn_sweeper(app: Arc<App>, every: Duration) -> tokio::task::JoinHandle<()> {
+    let app = Arc::downgrade(&app);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let Some(app) = app.upgrade() else { return };
+            match app.sweep_conversations().await {
+                Ok(0) => {}
+                Ok(sealed) => tracing::warn!(
+                    sealed,
+                    "sealed unfinished conversation turns as provider_outcome_uncertain"
+                ),
+                Err(p) => tracing::warn!(detail = %p.detail, "sweeping conversation turns failed"),
+            }
+        }
+    })
+}
