@@ -2,7 +2,6 @@
 //! speaking its exact wire format.
 
 use herma_core::time::Clock;
-use herma_store::ConversationStore;
 use herma_test_support::mock_providers::{Answer, KEY, Kind, MockProvider};
 use herma_test_support::{Backend, Stores, TestApp, fresh_stores, spawn_app_with};
 use reqwest::{Method, StatusCode};
