@@ -9,6 +9,25 @@ use serde_json::{Value, json};
 
 use crate::{assert_problem, configure, req};
 
+/// One test per SQL backend: `name::sqlite` and `name::postgres`.
+macro_rules! both {
+    ($name:ident) => {
+        mod $name {
+            use herma_test_support::Backend;
+
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(Backend::Sqlite).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(Backend::Postgres).await;
+            }
+        }
+    };
+}
+
 /// The contract every test names.
 fn contract() -> Value {
     json!({
@@ -333,8 +352,7 @@ async fn clarify_ready_and_replay_through_openrouter() {
     clarify_ready_replay(Backend::Sqlite, Kind::Openrouter).await;
 }
 
-#[tokio::test]
-async fn each_provider_receives_its_own_exact_request_shape() {
+async fn each_provider_receives_its_own_exact_request_shape(backend: Backend) {
     for kind in [
         Kind::Meta,
         Kind::Ollama,
@@ -342,7 +360,7 @@ async fn each_provider_receives_its_own_exact_request_shape() {
         Kind::Anthropic,
         Kind::Openrouter,
     ] {
-        let s = setup(Backend::Memory, kind, &[]).await;
+        let s = setup(backend, kind, &[]).await;
         s.mock.answer([review_call()]);
         let got = turn(&s, turn_body(kind, "c", "r", 0, "spec.md in 3 days")).await;
         assert_eq!(got.2["status"], "ready", "{kind:?}: {}", got.2);
@@ -381,9 +399,10 @@ async fn each_provider_receives_its_own_exact_request_shape() {
     }
 }
 
-#[tokio::test]
-async fn wrong_argument_types_are_a_clarification_naming_every_field() {
-    let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+both!(each_provider_receives_its_own_exact_request_shape);
+
+async fn wrong_argument_types_are_a_clarification_naming_every_field(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[]).await;
     s.mock.answer([Answer::ToolCall {
         name: "schedule_review".into(),
         arguments: json!({"document": 7, "days": "3", "urgent": true}),
@@ -408,6 +427,8 @@ async fn wrong_argument_types_are_a_clarification_naming_every_field() {
     assert_eq!(got.2["executed"], false);
 }
 
+both!(wrong_argument_types_are_a_clarification_naming_every_field);
+
 #[tokio::test]
 async fn h17_direct_turns_need_the_callers_own_exact_grant() {
     let s = setup_with(Backend::Sqlite, Kind::Meta, "5", &[], false).await;
@@ -422,8 +443,7 @@ async fn h17_direct_turns_need_the_callers_own_exact_grant() {
     assert_problem(&view, StatusCode::NOT_FOUND, "not_found");
 }
 
-#[tokio::test]
-async fn configuration_outcomes_come_in_order_before_any_record() {
+async fn configuration_outcomes_come_in_order_before_any_record(backend: Backend) {
     for (extra, status, code) in [
         (
             vec![
@@ -458,7 +478,7 @@ async fn configuration_outcomes_come_in_order_before_any_record() {
             "unsupported_generation_configuration",
         ),
     ] {
-        let s = setup(Backend::Memory, Kind::Meta, &extra).await;
+        let s = setup(backend, Kind::Meta, &extra).await;
         let got = turn(&s, turn_body(Kind::Meta, "c", "r", 0, "hello")).await;
         assert_problem(&got, status, code);
         assert_eq!(s.mock.calls(), 0);
@@ -470,9 +490,10 @@ async fn configuration_outcomes_come_in_order_before_any_record() {
     }
 }
 
-#[tokio::test]
-async fn a_missing_operator_key_is_a_recorded_attempt_that_sends_nothing() {
-    let s = setup(Backend::Memory, Kind::Meta, &[("META_API_KEY", "")]).await;
+both!(configuration_outcomes_come_in_order_before_any_record);
+
+async fn a_missing_operator_key_is_a_recorded_attempt_that_sends_nothing(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[("META_API_KEY", "")]).await;
     let got = turn(&s, turn_body(Kind::Meta, "c", "r", 0, "hello")).await;
     assert_eq!(got.0, StatusCode::OK, "{}", got.2);
     assert_eq!(got.2["status"], "blocked");
@@ -481,6 +502,8 @@ async fn a_missing_operator_key_is_a_recorded_attempt_that_sends_nothing() {
     assert_eq!(got.2["attempts"][0]["request_sent"], false);
     assert_eq!(s.mock.calls(), 0);
 }
+
+both!(a_missing_operator_key_is_a_recorded_attempt_that_sends_nothing);
 
 #[tokio::test]
 async fn a_denied_provider_budget_is_a_stored_429_and_its_replay_too() {
@@ -497,8 +520,7 @@ async fn a_denied_provider_budget_is_a_stored_429_and_its_replay_too() {
     assert_eq!(s.mock.calls(), 0);
 }
 
-#[tokio::test]
-async fn provider_failures_are_blocked_with_their_outcome_and_never_retried() {
+async fn provider_failures_are_blocked_with_their_outcome_and_never_retried(backend: Backend) {
     for (answer, reason) in [
         (Answer::Accepted, "provider_outcome_uncertain"),
         (Answer::Malformed, "provider_invalid_response"),
@@ -509,7 +531,7 @@ async fn provider_failures_are_blocked_with_their_outcome_and_never_retried() {
         ),
         (Answer::PaymentRequired, "provider_payment_required"),
     ] {
-        let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+        let s = setup(backend, Kind::Meta, &[]).await;
         s.mock.answer([answer.clone()]);
         let got = turn(&s, turn_body(Kind::Meta, "c", "r", 0, "hello")).await;
         assert_eq!(got.0, StatusCode::OK, "{answer:?}: {}", got.2);
@@ -523,15 +545,16 @@ async fn provider_failures_are_blocked_with_their_outcome_and_never_retried() {
         );
     }
     // A queued Responses body is uncertain too.
-    let s = setup(Backend::Memory, Kind::Openai, &[]).await;
+    let s = setup(backend, Kind::Openai, &[]).await;
     s.mock.answer([Answer::Queued]);
     let got = turn(&s, turn_body(Kind::Openai, "c", "r", 0, "hello")).await;
     assert_eq!(got.2["reason"], "provider_outcome_uncertain", "{}", got.2);
 }
 
-#[tokio::test]
-async fn an_oversized_model_request_is_413_before_anything_is_recorded() {
-    let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+both!(provider_failures_are_blocked_with_their_outcome_and_never_retried);
+
+async fn an_oversized_model_request_is_413_before_anything_is_recorded(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[]).await;
     let message = "x".repeat(16 * 1024);
     let first = turn(&s, turn_body(Kind::Meta, "c", "r1", 0, &message)).await;
     assert_eq!(
@@ -546,9 +569,10 @@ async fn an_oversized_model_request_is_413_before_anything_is_recorded() {
     assert_eq!(s.mock.calls(), 1);
 }
 
-#[tokio::test]
-async fn duplicate_fields_and_coerced_types_in_the_body_are_refused() {
-    let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+both!(an_oversized_model_request_is_413_before_anything_is_recorded);
+
+async fn duplicate_fields_and_coerced_types_in_the_body_are_refused(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[]).await;
     let raw = r#"{"conversation_id":"c","conversation_id":"d","request_id":"r","expected_version":0,"message":"m","context_refs":[],"provider":"meta"}"#;
     let response = s
         .app
@@ -576,9 +600,10 @@ async fn duplicate_fields_and_coerced_types_in_the_body_are_refused() {
     assert_eq!(s.mock.calls(), 0);
 }
 
-#[tokio::test]
-async fn a_changed_contract_is_a_conflict() {
-    let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+both!(duplicate_fields_and_coerced_types_in_the_body_are_refused);
+
+async fn a_changed_contract_is_a_conflict(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[]).await;
     let first = turn(&s, turn_body(Kind::Meta, "c", "r1", 0, "hello")).await;
     assert_eq!(first.0, StatusCode::OK);
     let mut changed = contract();
@@ -595,6 +620,8 @@ async fn a_changed_contract_is_a_conflict() {
     assert_problem(&got, StatusCode::CONFLICT, "conversation_conflict");
     assert_eq!(got.2["reason"], "contract_changed");
 }
+
+both!(a_changed_contract_is_a_conflict);
 
 async fn sealing(backend: Backend) {
     let s = setup(backend, Kind::Meta, &[]).await;
@@ -678,9 +705,8 @@ async fn conversations_expire_after_a_day_and_their_ids_are_never_reused() {
     assert_problem(&reuse, StatusCode::GONE, "conversation_expired");
 }
 
-#[tokio::test]
-async fn a_caller_has_at_most_two_active_turns() {
-    let s = setup(Backend::Memory, Kind::Meta, &[]).await;
+async fn a_caller_has_at_most_two_active_turns(backend: Backend) {
+    let s = setup(backend, Kind::Meta, &[]).await;
     s.mock.answer([
         Answer::Stall(std::time::Duration::from_secs(3600)),
         Answer::Stall(std::time::Duration::from_secs(3600)),
@@ -712,6 +738,8 @@ async fn a_caller_has_at_most_two_active_turns() {
         task.abort();
     }
 }
+
+both!(a_caller_has_at_most_two_active_turns);
 
 const WALKTHROUGH: &str = include_str!("../../../../docs/conversations.md");
 
@@ -907,3 +935,70 @@ async fn sixty_four_concurrent_turns_stop_exactly_at_the_budget_on_sqlite() {
 async fn sixty_four_concurrent_turns_stop_exactly_at_the_budget_on_postgres() {
     budget_under_concurrency(Backend::Postgres).await;
 }
+
+async fn ollama_turns_are_capped_per_utc_day(backend: Backend) {
+    let s = setup(
+        backend,
+        Kind::Ollama,
+        &[("HERMA_OLLAMA_CALLS_PER_DAY", "1")],
+    )
+    .await;
+    let first = turn(&s, turn_body(Kind::Ollama, "c", "r1", 0, "hello")).await;
+    assert_eq!(first.0, StatusCode::OK, "{}", first.2);
+    // Usage is recorded as reported; cost stays null with its reason.
+    let attempt = &first.2["attempts"][0];
+    assert!(
+        attempt["usage"]["input_tokens"].as_u64().unwrap() > 0,
+        "{attempt}"
+    );
+    assert_eq!(attempt["cost_usd"], Value::Null);
+    assert!(
+        attempt["cost_reason"]
+            .as_str()
+            .unwrap()
+            .contains("not invoices")
+    );
+    let second = turn(&s, turn_body(Kind::Ollama, "d", "r1", 0, "hello")).await;
+    assert_eq!(second.0, StatusCode::TOO_MANY_REQUESTS, "{}", second.2);
+    assert_eq!(second.2["reason"], "provider_budget_denied");
+    // The next UTC day has its own calls.
+    s.app.clock.advance_millis(24 * 3600 * 1000);
+    let third = turn(&s, turn_body(Kind::Ollama, "e", "r1", 0, "hello")).await;
+    assert_eq!(third.0, StatusCode::OK, "{}", third.2);
+    assert_eq!(s.mock.calls(), 2);
+}
+
+both!(ollama_turns_are_capped_per_utc_day);
+
+async fn a_callers_hourly_tokens_are_a_ceiling_and_a_new_conversation_does_not_reset_them(
+    backend: Backend,
+) {
+    // Each first turn reserves the same tokens (its input bytes plus the 256-token allowance);
+    // the allowance covers exactly two.
+    let probe = setup(backend, Kind::Meta, &[]).await;
+    let got = turn(&probe, turn_body(Kind::Meta, "probe", "r", 0, "hello")).await;
+    let per_turn = got.2["attempts"][0]["reservation_ceiling_tokens"]
+        .as_u64()
+        .unwrap();
+    let ceiling = (per_turn * 2).to_string();
+    let s = setup(
+        backend,
+        Kind::Meta,
+        &[("HERMA_CONVERSATION_CALLER_TOKENS_PER_HOUR", &ceiling)],
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for (conversation, request) in [("a", "r1"), ("b", "r1"), ("c", "r1")] {
+        let got = turn(&s, turn_body(Kind::Meta, conversation, request, 0, "hello")).await;
+        statuses.push((got.0, got.2["reason"].clone()));
+    }
+    assert_eq!(statuses[0].0, StatusCode::OK);
+    assert_eq!(statuses[1].0, StatusCode::OK);
+    assert_eq!(
+        statuses[2],
+        (StatusCode::TOO_MANY_REQUESTS, json!("caller_budget_denied"))
+    );
+    assert_eq!(s.mock.calls(), 2);
+}
+
+both!(a_callers_hourly_tokens_are_a_ceiling_and_a_new_conversation_does_not_reset_them);
