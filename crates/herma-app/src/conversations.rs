@@ -39,8 +39,8 @@ use herma_governed::{
 };
 use herma_providers::conversation::{ConversationClient, DispatchReport};
 use herma_store::conversations::{
-    Admission, AdmitTurn, AttemptRecord, LedgerCharge, Refusal, Reserved, SealTurn, TurnLimits,
-    TurnRecord, TurnStatus,
+    Admission, AdmitTurn, AnswerClass, AttemptRecord, LedgerCharge, Refusal, Reserved, SealTurn,
+    TurnLimits, TurnRecord, TurnStatus,
 };
 use herma_store::governed::{RootRecord, RootStatus};
 use serde_json::{Value, json};
@@ -72,11 +72,6 @@ pub struct TurnAnswer {
     /// The answer was stored earlier: no model was called now.
     pub replayed: bool,
 }
-
-/// What the store keeps as a turn's answer class (its `http_status` column): answered, or
-/// refused by a ceiling.
-const ANSWERED: u16 = 200;
-const BUDGET_DENIED: u16 = 429;
 
 fn internal(err: impl std::fmt::Display) -> Problem {
     tracing::error!(error = %err, "conversation store failed");
@@ -735,10 +730,10 @@ impl App {
                 caller_scope: turn.caller_scope.clone(),
                 conversation_id: turn.conversation_id.clone(),
                 request_id: turn.request_id.clone(),
-                http_status: if budget_denied {
-                    BUDGET_DENIED
+                answer_class: if budget_denied {
+                    AnswerClass::CeilingDenied
                 } else {
-                    ANSWERED
+                    AnswerClass::Answered
                 },
                 response: answer.clone(),
                 transcript_append,
@@ -886,7 +881,7 @@ impl App {
                 caller_scope: turn.caller_scope.clone(),
                 conversation_id: turn.conversation_id.clone(),
                 request_id: turn.request_id.clone(),
-                http_status: ANSWERED,
+                answer_class: AnswerClass::Answered,
                 response: answer,
                 transcript_append: vec![json!(TranscriptMessage {
                     role: Role::Assistant,
@@ -951,7 +946,7 @@ fn replay(turn: &TurnRecord) -> Result<TurnAnswer, Problem> {
     match (turn.status, &turn.response) {
         (TurnStatus::Sealed, Some(body)) => Ok(TurnAnswer {
             body: body.clone(),
-            budget_denied: turn.http_status == Some(BUDGET_DENIED),
+            budget_denied: turn.answer_class == Some(AnswerClass::CeilingDenied),
             replayed: true,
         }),
         (TurnStatus::Sealed, None) => Err(Problem::new(

@@ -30,7 +30,7 @@ CREATE TABLE conversation_turns (
     status           TEXT NOT NULL,
     version_before   {integer} NOT NULL,
     server_exception TEXT NOT NULL,
-    http_status      {integer},
+    answer_class     {key_text},
     response         TEXT,
     created_at       {integer} NOT NULL,
     sealed_at        {integer},

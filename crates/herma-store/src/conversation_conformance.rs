@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use crate::Store;
 use crate::conformance::fresh_scope;
 use crate::conversations::{
-    Admission, AdmitTurn, AttemptRecord, ConversationRecord, LedgerCharge, Refusal, Reserved,
-    SealTurn, TurnLimits, TurnRecord, TurnStatus, active_turns_counter, conversations_counter,
-    hourly_turns_counter,
+    Admission, AdmitTurn, AnswerClass, AttemptRecord, ConversationRecord, LedgerCharge, Refusal,
+    Reserved, SealTurn, TurnLimits, TurnRecord, TurnStatus, active_turns_counter,
+    conversations_counter, hourly_turns_counter,
 };
 
 const HOUR: &str = "2026-12-01T12";
@@ -69,7 +69,7 @@ fn seal(scope: &CallerScope, conversation: &str, request: &str, now: i64) -> Sea
         caller_scope: scope.clone(),
         conversation_id: conversation.to_owned(),
         request_id: request.to_owned(),
-        http_status: 200,
+        answer_class: AnswerClass::Answered,
         response: json!({"status": "ready", "request_id": request, "ü": [1, 2]}),
         transcript_append: vec![message(request), outcome(request)],
         now: at(now),
@@ -144,7 +144,7 @@ pub async fn a_conversation_is_created_by_its_first_turn_and_counts_sealed_turns
     assert_eq!(first.input_digest, "sha256:r1");
     assert_eq!(first.server_exception["allowance"], 5000);
     assert_eq!(
-        (first.http_status, &first.response, first.sealed_at),
+        (first.answer_class, &first.response, first.sealed_at),
         (None, &None, None)
     );
     assert_eq!(first.created_at, at(10));
@@ -173,7 +173,7 @@ pub async fn a_conversation_is_created_by_its_first_turn_and_counts_sealed_turns
     );
     let sealed = store.turn(&scope, "c1", "r1").await.unwrap().unwrap();
     assert_eq!(sealed.status, TurnStatus::Sealed);
-    assert_eq!(sealed.http_status, Some(200));
+    assert_eq!(sealed.answer_class, Some(AnswerClass::Answered));
     assert_eq!(sealed.response, Some(seal(&scope, "c1", "r1", 20).response));
     assert_eq!(sealed.sealed_at, Some(at(20)));
     let after_one = conversation(&store, &scope, "c1").await.unwrap();
@@ -445,7 +445,7 @@ pub async fn expired_conversations_become_tombstones_whose_ids_stay_refused(stor
     for (request, version_before) in [("r1", 0), ("r2", 1)] {
         let turn = store.turn(&scope, "c1", request).await.unwrap().unwrap();
         assert_eq!(turn.response, None, "{request}'s response is removed");
-        assert_eq!(turn.http_status, Some(200));
+        assert_eq!(turn.answer_class, Some(AnswerClass::Answered));
         assert_eq!(turn.status, TurnStatus::Sealed);
         assert_eq!(turn.version_before, version_before);
     }
@@ -774,7 +774,7 @@ pub async fn sealing_twice_is_refused_the_second_time(store: Arc<dyn Store>) {
     assert_eq!(first.2, [2, 1, 2]);
 
     let mut again = seal(&scope, "c1", "r1", 3);
-    again.http_status = 502;
+    again.answer_class = AnswerClass::CeilingDenied;
     again.response = json!({"status": "blocked"});
     assert!(!store.seal_turn(&again).await.unwrap());
     assert_eq!(

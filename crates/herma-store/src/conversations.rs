@@ -69,6 +69,32 @@ impl TurnStatus {
     }
 }
 
+/// How a sealed turn answered, so its replay answers the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerClass {
+    /// An ordinary answer (`clarify`, `ready` or `blocked`).
+    Answered,
+    /// A spending ceiling refused the turn before any request (its replay is refused alike).
+    CeilingDenied,
+}
+
+impl AnswerClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerClass::Answered => "answered",
+            AnswerClass::CeilingDenied => "ceiling_denied",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "answered" => Some(AnswerClass::Answered),
+            "ceiling_denied" => Some(AnswerClass::CeilingDenied),
+            _ => None,
+        }
+    }
+}
+
 /// A turn as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurnRecord {
@@ -84,9 +110,9 @@ pub struct TurnRecord {
     /// The private turn record written before inference (purpose, principal, scope, payer,
     /// destination, allowance, reservation, timeout, retry policy).
     pub server_exception: Value,
-    /// The HTTP status and body a replay answers with; `None` while active, and the response
+    /// How the turn answered and the body a replay answers with; `None` while active, and the response
     /// once expired.
-    pub http_status: Option<u16>,
+    pub answer_class: Option<AnswerClass>,
     pub response: Option<Value>,
     pub created_at: Timestamp,
     pub sealed_at: Option<Timestamp>,
@@ -202,7 +228,7 @@ pub struct SealTurn {
     pub caller_scope: CallerScope,
     pub conversation_id: String,
     pub request_id: String,
-    pub http_status: u16,
+    pub answer_class: AnswerClass,
     pub response: Value,
     /// Messages appended to the transcript (the caller's message and the outcome).
     pub transcript_append: Vec<Value>,
@@ -326,7 +352,7 @@ pub fn admitted_turn(admit: &AdmitTurn, version_before: u64) -> TurnRecord {
         status: TurnStatus::Active,
         version_before,
         server_exception: admit.server_exception.clone(),
-        http_status: None,
+        answer_class: None,
         response: None,
         created_at: admit.now,
         sealed_at: None,

@@ -150,7 +150,7 @@ impl ConversationTables {
         }
         if let Some(turn) = self.turns.get_mut(&key) {
             turn.status = TurnStatus::Sealed;
-            turn.http_status = Some(seal.http_status);
+            turn.answer_class = Some(seal.answer_class);
             turn.response = Some(seal.response.clone());
             turn.sealed_at = Some(seal.now);
         }

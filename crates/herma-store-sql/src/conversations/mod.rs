@@ -29,7 +29,7 @@ use crate::{Backend, Query, SqlRow, SqlStore, to_i64, to_json, to_u64};
 const CONVERSATION_COLUMNS: &str = "caller_scope, conversation_id, version, fingerprint, \
     transcript, active_request_id, created_at, expires_at, expired";
 const TURN_COLUMNS: &str = "caller_scope, conversation_id, request_id, input_digest, status, \
-    version_before, server_exception, http_status, response, created_at, sealed_at";
+    version_before, server_exception, answer_class, response, created_at, sealed_at";
 const ATTEMPT_COLUMNS: &str =
     "caller_scope, conversation_id, request_id, attempt, record, updated_at";
 
@@ -134,7 +134,7 @@ async fn insert_turn<B: Backend>(tx: &mut B::Tx, turn: &TurnRecord) -> StoreResu
         .bind(turn.status.as_str())
         .bind(to_i64(turn.version_before)?)
         .bind(to_json(&turn.server_exception)?)
-        .bind(turn.http_status.map(i64::from))
+        .bind(turn.answer_class.map(|class| class.as_str()))
         .bind(response.as_deref())
         .bind(turn.created_at.as_millis())
         .bind(turn.sealed_at.map(Timestamp::as_millis));
@@ -299,11 +299,11 @@ impl<B: Backend> ConversationStore for SqlStore<B> {
         let mut tx = self.db.begin().await?;
         let sealed = B::query(
             "UPDATE conversation_turns
-             SET status = 'sealed', http_status = ?, response = ?, sealed_at = ?
+             SET status = 'sealed', answer_class = ?, response = ?, sealed_at = ?
              WHERE caller_scope = ? AND conversation_id = ? AND request_id = ?
                AND status = 'active'",
         )
-        .bind(i64::from(seal.http_status))
+        .bind(seal.answer_class.as_str())
         .bind(to_json(&seal.response)?)
         .bind(seal.now.as_millis())
         .bind(seal.caller_scope.as_str())

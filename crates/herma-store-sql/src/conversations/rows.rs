@@ -1,7 +1,9 @@
 //! Decoding the conversation tables' rows into the port's records.
 
 use herma_store::StoreResult;
-use herma_store::conversations::{AttemptRecord, ConversationRecord, TurnRecord, TurnStatus};
+use herma_store::conversations::{
+    AnswerClass, AttemptRecord, ConversationRecord, TurnRecord, TurnStatus,
+};
 
 use crate::rows::{json, opt_json, opt_time, scope, time};
 use crate::{SqlRow, corrupt, to_u64};
@@ -21,9 +23,9 @@ pub(super) fn conversation_from_row(row: &impl SqlRow) -> StoreResult<Conversati
 }
 
 pub(super) fn turn_from_row(row: &impl SqlRow) -> StoreResult<TurnRecord> {
-    let http_status = row
-        .opt_int("http_status")?
-        .map(|status| u16::try_from(status).map_err(|_| corrupt("http_status")))
+    let answer_class = row
+        .opt_text("answer_class")?
+        .map(|class| AnswerClass::parse(&class).ok_or_else(|| corrupt("answer class")))
         .transpose()?;
     Ok(TurnRecord {
         caller_scope: scope(row)?,
@@ -33,7 +35,7 @@ pub(super) fn turn_from_row(row: &impl SqlRow) -> StoreResult<TurnRecord> {
         status: TurnStatus::parse(&row.text("status")?).ok_or_else(|| corrupt("turn status"))?,
         version_before: to_u64(row.int("version_before")?)?,
         server_exception: json(row, "server_exception")?,
-        http_status,
+        answer_class,
         response: opt_json(row, "response")?,
         created_at: time(row, "created_at")?,
         sealed_at: opt_time(row, "sealed_at")?,
