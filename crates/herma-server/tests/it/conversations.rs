@@ -734,6 +734,14 @@ async fn a_caller_has_at_most_two_active_turns(backend: Backend) {
     let third = turn(&s, turn_body(Kind::Meta, "c", "r", 0, "hello")).await;
     assert_problem(&third, StatusCode::TOO_MANY_REQUESTS, "conversation_limit");
     assert_eq!(third.2["reason"], "active_turns");
+    // Another turn of a conversation being answered, and the same request again, are 409s.
+    let busy = turn(&s, turn_body(Kind::Meta, "a", "r2", 0, "hello")).await;
+    assert_problem(&busy, StatusCode::CONFLICT, "conversation_conflict");
+    assert_eq!(busy.2["reason"], "turn_active");
+    let again = turn(&s, turn_body(Kind::Meta, "a", "r", 0, "hello")).await;
+    assert_problem(&again, StatusCode::CONFLICT, "conversation_conflict");
+    assert_eq!(again.2["reason"], "turn_active");
+    assert_eq!(s.mock.calls(), 2);
     for task in stuck {
         task.abort();
     }
