@@ -83,6 +83,7 @@ fn set(rules: &[Rule<'_>]) -> RuleSet {
 fn envelope(text: &str) -> Envelope {
     Envelope {
         protocol: Protocol::Messages,
+        repeated_member: None,
         model: None,
         stream: false,
         stream_usage: false,

@@ -54,6 +54,7 @@ fn keywords(list: &[&str]) -> Triggers {
 fn envelope(text: &str, paths: &[&str], tools: &[&str]) -> Envelope {
     Envelope {
         protocol: Protocol::Messages,
+        repeated_member: None,
         model: Some("m".into()),
         stream: false,
         stream_usage: false,

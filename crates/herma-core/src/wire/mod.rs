@@ -141,6 +141,9 @@ pub enum Piece {
 pub struct Envelope {
     pub protocol: Protocol,
     pub model: Option<String>,
+    /// A member Herma reads or decides on (`model`, `messages`, …) given more than once at the
+    /// top level; [`Envelope::from_request`] refuses such a body.
+    pub repeated_member: Option<String>,
     pub stream: bool,
     /// Chat Completions: `stream_options.include_usage`.
     pub stream_usage: bool,
@@ -170,8 +173,9 @@ pub const MAX_TOOL_RESULTS: usize = 64;
 pub const MAX_TOOL_RESULT_CHARS: usize = 16 * 1024;
 
 impl Envelope {
-    /// Reads a proxied body. Only a body that is not a JSON object at all is refused
-    /// (`invalid_json`); anything inside that Herma does not understand is passed over.
+    /// Reads a proxied body. A body that is not a JSON object at all, or that repeats a member
+    /// Herma decides on, is refused (`invalid_json`); anything inside that Herma does not
+    /// understand is passed over.
     pub fn from_request(
         protocol: Protocol,
         body: &[u8],
@@ -191,6 +195,15 @@ impl Envelope {
                 format!("the body is not a JSON object: {e}"),
             )
         })?;
+        if let Some(member) = &envelope.repeated_member {
+            // An upstream reading the first value could see another model than the one Herma
+            // checked (H03) or other messages than it matched.
+            return Err(Problem::new(
+                ProblemCode::InvalidJson,
+                format!("the body gives `{member}` more than once; send each member once"),
+            )
+            .with_pointer(format!("/{member}")));
+        }
         envelope.conversation = choose_conversation(headers, envelope.conversation);
         paths::add_text_paths(&mut envelope.paths, &envelope.user_text);
         Ok(envelope)

@@ -85,10 +85,32 @@ impl<'a> Obj<'a> {
         raw_str(self.get(key))
     }
 
+    /// The first of `names` given more than once: a body whose decided members are ambiguous
+    /// (Herma would read the last value, an upstream might read the first).
+    pub(crate) fn repeated(&self, names: &[&str]) -> Option<String> {
+        names
+            .iter()
+            .find(|name| self.0.iter().filter(|(k, _)| k == *name).nth(1).is_some())
+            .map(|name| (*name).to_owned())
+    }
+
     pub(crate) fn array(&self, key: &str) -> Vec<&'a RawValue> {
         raw_array(self.get(key))
     }
 }
+
+/// The top-level members Herma reads or decides on: given twice, a body is refused.
+pub(crate) const DECIDED_MEMBERS: &[&str] = &[
+    "model",
+    "messages",
+    "input",
+    "system",
+    "instructions",
+    "tools",
+    "stream",
+    "stream_options",
+    "metadata",
+];
 
 /// Decodes the body of a JSON string literal, replacing what strict decoding refuses (a lone
 /// surrogate escape) with U+FFFD instead of giving up: Herma must read the text the model will.

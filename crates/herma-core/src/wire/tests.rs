@@ -409,21 +409,23 @@ fn herma_reads_what_the_upstream_reads_even_from_odd_json() {
     let body = r#"{"model":"m","messages":[{"role":"user","content":"please deploy \ud800 now"}]}"#;
     let e = extract(Protocol::ChatCompletions, body);
     assert_eq!(e.user_text, "please deploy \u{FFFD} now");
-    // Repeated keys: the last value counts, as in most JSON parsers upstream.
-    let body = r#"{"model":"a","model":"b","messages":[{"role":"user","content":"decoy","content":"deploy it","role":"user"}]}"#;
+    // Repeated keys inside a message: the last value counts, as in most JSON parsers upstream.
+    // (A repeated top-level member Herma decides on is refused instead:
+    // `a_repeated_decided_member_is_refused_in_every_protocol`.)
+    let body = r#"{"model":"b","messages":[{"role":"user","content":"decoy","content":"deploy it","role":"user"}]}"#;
     let e = extract(Protocol::ChatCompletions, body);
     assert_eq!(
         (e.model.as_deref(), e.user_text.as_str()),
         (Some("b"), "deploy it")
     );
-    let body = r#"{"model":"m","system":"first","system":[{"type":"text","text":"second"}],"messages":[{"role":"user","content":"hi"}]}"#;
+    let body = r#"{"model":"m","system":[{"type":"text","text":"first","type":"text"}],"messages":[{"role":"user","content":"hi"}]}"#;
     let e = extract(Protocol::Messages, body);
-    assert_eq!(e.system.as_deref(), Some("second"));
+    assert_eq!(e.system.as_deref(), Some("first"));
     let out = parse(&e.with_shim(body.as_bytes(), "S").unwrap());
     assert_eq!(
         out["system"],
-        json!([{"type": "text", "text": "second"}, {"type": "text", "text": "S"}]),
-        "the shim joins the system that counts"
+        json!([{"type": "text", "text": "first"}, {"type": "text", "text": "S"}]),
+        "the shim joins the system"
     );
 }
 
@@ -544,6 +546,59 @@ fn the_usage_observer_and_the_decoder_read_usage_from_the_same_events() {
             events.last(),
             Some(&ModelEvent::Usage(neutral)),
             "{protocol:?}"
+        );
+    }
+}
+
+#[test]
+fn a_repeated_decided_member_is_refused_in_every_protocol() {
+    let refused = [
+        (
+            Protocol::ChatCompletions,
+            r#"{"model":"x-contributor-1","model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            "/model",
+        ),
+        (
+            Protocol::Messages,
+            r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}"#,
+            "/messages",
+        ),
+        (
+            Protocol::Responses,
+            r#"{"model":"m","input":"hi","instructions":"a","instructions":"b"}"#,
+            "/instructions",
+        ),
+        (
+            Protocol::Messages,
+            r#"{"model":"m","stream":false,"stream":true,"messages":[]}"#,
+            "/stream",
+        ),
+        (
+            Protocol::ChatCompletions,
+            r#"{"model":"m","messages":[],"tools":[],"tools":[{"type":"function","function":{"name":"x"}}]}"#,
+            "/tools",
+        ),
+    ];
+    for (protocol, body, pointer) in refused {
+        let err =
+            Envelope::from_request(protocol, body.as_bytes(), &HeaderFacts::default()).unwrap_err();
+        assert_eq!(err.code, crate::problem::ProblemCode::InvalidJson, "{body}");
+        assert_eq!(err.errors[0].pointer, pointer, "{body}");
+    }
+    // Members Herma does not decide on, and repeats inside a message, pass as they are.
+    for (protocol, body) in [
+        (
+            Protocol::ChatCompletions,
+            r#"{"model":"m","temperature":1,"temperature":0,"messages":[{"role":"user","content":"a","content":"b"}]}"#,
+        ),
+        (
+            Protocol::Responses,
+            r#"{"model":"m","input":"hi","top_p":1,"top_p":0.5}"#,
+        ),
+    ] {
+        assert!(
+            Envelope::from_request(protocol, body.as_bytes(), &HeaderFacts::default()).is_ok(),
+            "{body}"
         );
     }
 }

@@ -1056,3 +1056,37 @@ async fn shimmed_entries_name_their_uri_in_the_proxy_and_in_dry_runs() {
         .unwrap();
     assert_eq!(system["content"], expected);
 }
+
+#[tokio::test]
+async fn a_repeated_model_cannot_smuggle_a_contributor_model_past_the_check() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    for (path, _) in PROTOCOLS {
+        // `{"model":"x-contributor-1", …, "model":"m"}`: Herma would read `m`, an upstream
+        // reading the first value would run the contributor model.
+        let text = body(path, "m", "hello", false).to_string();
+        let smuggled = text.replacen('{', "{\"model\":\"x-contributor-1\",", 1);
+        let mut r = app
+            .client
+            .post(app.url(path))
+            .header("content-type", "application/json")
+            .header("X-Upstream-Base-Url", mock.url())
+            .body(smuggled);
+        r = if path == "/v1/messages" {
+            r.header("x-api-key", &key)
+                .header("anthropic-version", "2023-06-01")
+        } else {
+            r.bearer_auth(&key)
+        };
+        let response = r.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let v: Value = response.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "invalid_json", "{path}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("`model`"),
+            "{path}: {v}"
+        );
+    }
+    assert!(mock.requests().is_empty(), "nothing was forwarded");
+}

@@ -4,7 +4,9 @@
 
 use serde_json::value::RawValue;
 
-use crate::wire::raw::{Obj, bounded, content_text, offset_in, push_unique, raw_bool};
+use crate::wire::raw::{
+    DECIDED_MEMBERS, Obj, bounded, content_text, offset_in, push_unique, raw_bool,
+};
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
     Splice, first_message_conversation, native_conversation, paths,
@@ -119,6 +121,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     Ok(Envelope {
         protocol: Protocol::ChatCompletions,
         model: top.str("model"),
+        repeated_member: top.repeated(DECIDED_MEMBERS),
         stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: raw_bool(Obj::of(top.get("stream_options")).get("include_usage"))
             .unwrap_or(false),

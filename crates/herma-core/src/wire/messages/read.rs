@@ -5,8 +5,8 @@
 use serde_json::value::RawValue;
 
 use crate::wire::raw::{
-    Obj, array_close, bounded, content_text, object_open, offset_in, push_unique, raw_array,
-    raw_bool, raw_str,
+    DECIDED_MEMBERS, Obj, array_close, bounded, content_text, object_open, offset_in, push_unique,
+    raw_array, raw_bool, raw_str,
 };
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
@@ -201,6 +201,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     Ok(Envelope {
         protocol: Protocol::Messages,
         model: top.str("model"),
+        repeated_member: top.repeated(DECIDED_MEMBERS),
         stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: false,
         system,

@@ -7,7 +7,8 @@ use serde_json::value::RawValue;
 
 use crate::wire::chat::tool_name as chat_tool_name;
 use crate::wire::raw::{
-    Obj, bounded, content_text, offset_in, push_unique, raw_array, raw_bool, raw_str,
+    DECIDED_MEMBERS, Obj, bounded, content_text, offset_in, push_unique, raw_array, raw_bool,
+    raw_str,
 };
 use crate::wire::{
     Conversation, ConversationSource, Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS,
@@ -71,6 +72,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let mut envelope = Envelope {
         protocol: Protocol::Responses,
         model: top.str("model"),
+        repeated_member: top.repeated(DECIDED_MEMBERS),
         stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: false,
         system: top.str("instructions"),
