@@ -84,6 +84,9 @@ impl NewKey {
                 format!("must be at most {MAX_LABEL_CHARS} characters"),
             ));
         }
+        if let Some(problem) = herma_core::model::unprintable(&self.label) {
+            errors.push(FieldError::new("/label", problem));
+        }
         if errors.is_empty() {
             Ok(())
         } else {

@@ -124,7 +124,8 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
                     k.harness.clone().unwrap_or_else(|| "-".to_owned()),
                     if k.is_revoked() { "revoked" } else { "active" }.to_owned(),
                     k.created_at.to_string(),
-                    k.label.clone(),
+                    // Labels written before they were checked may hold anything: shown escaped.
+                    printable(&k.label),
                 ]
             }));
             output::write(columns(&rows).as_bytes())
@@ -139,4 +140,21 @@ pub async fn run(command: KeysCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `text` with control and bidirectional characters escaped (`\u{1b}`), so a stored label can
+/// never drive the terminal.
+fn printable(text: &str) -> String {
+    if herma_core::model::unprintable(text).is_none() {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if herma_core::model::unprintable(c.encode_utf8(&mut [0; 4])).is_some() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

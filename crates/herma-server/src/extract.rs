@@ -68,11 +68,26 @@ impl GateFacts {
         header_str(&self.0, HARNESS_HEADER)
     }
 
+    /// A credential or attestation header sent more than once is ambiguous (which one counts
+    /// depends on who reads it): refused before anything else.
+    pub fn repeated(&self) -> Result<(), Problem> {
+        for name in [header::AUTHORIZATION.as_str(), "x-api-key", HARNESS_HEADER] {
+            if self.0.get_all(name).iter().nth(1).is_some() {
+                return Err(Problem::new(
+                    ProblemCode::MalformedRequest,
+                    format!("the {name} header is sent more than once; send it once"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub async fn admit(
         &self,
         state: &AppState,
         requirement: Requirement,
     ) -> Result<Principal, ApiError> {
+        self.repeated()?;
         Ok(state
             .app
             .gate

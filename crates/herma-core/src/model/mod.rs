@@ -22,6 +22,22 @@ pub use receipt::{
 
 use crate::problem::{FieldError, Problem};
 
+/// Why `text` may not be shown as it is: a control character (ESC, CR, LF, NUL, …) or a
+/// bidirectional override or isolate (which can make a terminal or a page display other text
+/// than is stored). `None` when it is plain text.
+pub fn unprintable(text: &str) -> Option<&'static str> {
+    for c in text.chars() {
+        if c.is_control() {
+            return Some("must not contain control characters (line breaks, escapes, NUL)");
+        }
+        if matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+        {
+            return Some("must not contain bidirectional control characters");
+        }
+    }
+    None
+}
+
 /// Collects field errors while validating one record.
 #[derive(Debug, Default)]
 pub struct Violations(Vec<FieldError>);
@@ -67,6 +83,30 @@ pub(crate) fn check_string_list(
             v.push(at, format!("must be at most {max_len} characters"));
         } else if !seen.insert(item.as_str()) {
             v.push(at, "duplicate entry");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unprintable;
+
+    #[test]
+    fn control_and_bidirectional_characters_are_unprintable() {
+        for text in [
+            "\u{1b}[2J",
+            "a\nb",
+            "a\rb",
+            "nul\u{0}",
+            "tab\t",
+            "\u{202e}abc",
+            "\u{2066}x",
+            "\u{200f}",
+        ] {
+            assert!(unprintable(text).is_some(), "{text:?}");
+        }
+        for text in ["ci", "Équipe ops — 2026", "日本語", "emoji 😀", ""] {
+            assert_eq!(unprintable(text), None, "{text:?}");
         }
     }
 }

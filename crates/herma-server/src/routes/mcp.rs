@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herma_app::mcp::{McpReply, McpRequestFacts, codes};
-use herma_core::ProblemCode;
+use herma_core::{Problem, ProblemCode};
 
 use crate::AppState;
 use crate::error::{ApiError, rpc_status_of};
@@ -32,6 +32,35 @@ pub async fn mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // A browser page of another origin (a CSRF form, a DNS-rebinding page) never reaches the
+    // public tools; a body must say it is JSON; credentials and the harness are sent once.
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !origin_allowed(
+            origin.to_str().unwrap_or(""),
+            state.app.settings.public_url.as_deref(),
+        )
+    {
+        return ApiError(Problem::new(
+            ProblemCode::BrowserNavigationRefused,
+            "MCP refuses requests from another origin's page; set HERMA_PUBLIC_URL to Herma's own origin",
+        ))
+        .into_response();
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return ApiError(Problem::new(
+            ProblemCode::UnsupportedMediaType,
+            "MCP messages must be sent as Content-Type: application/json",
+        ))
+        .into_response();
+    }
+    if let Err(problem) = GateFacts::from_headers(headers.clone()).repeated() {
+        return ApiError(problem).into_response();
+    }
     // An oversized body is refused at the HTTP layer like on every other route (413
     // problem+json); one that breaks off is a malformed JSON-RPC message.
     let bytes = match read_body(body, state.body_limit()).await {
@@ -66,6 +95,39 @@ pub async fn mcp(
     json_reply(rpc_status_of(code), &message)
 }
 
+/// Whether a page of `origin` may call MCP: Herma's own public origin, or a loopback origin
+/// (the playground and local tools). A DNS-rebinding page has neither: its name is not loopback.
+fn origin_allowed(origin: &str, public_url: Option<&str>) -> bool {
+    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+    if let Some(public) = public_url {
+        let public = public.to_ascii_lowercase();
+        let own = public
+            .find("://")
+            .map(|at| at + 3)
+            .and_then(|start| public[start..].find('/').map(|end| &public[..start + end]))
+            .unwrap_or(&public);
+        if origin == own {
+            return true;
+        }
+    }
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = if rest.starts_with('[') {
+        rest.split_inclusive(']').next().unwrap_or(rest)
+    } else {
+        rest.split(':').next().unwrap_or(rest)
+    };
+    let port_ok = rest[host.len()..].is_empty()
+        || rest[host.len()..]
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok && matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
 fn json_reply(status: StatusCode, message: &serde_json::Value) -> Response {
     (
         status,
@@ -73,4 +135,46 @@ fn json_reply(status: StatusCode, message: &serde_json::Value) -> Response {
         serde_json::to_vec(message).unwrap_or_default(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_allowed;
+
+    #[test]
+    fn only_loopback_and_the_public_origin_may_call_mcp_from_a_page() {
+        for (origin, public) in [
+            ("http://localhost:7730", None),
+            ("http://127.0.0.1:7730", None),
+            ("http://[::1]:7730", None),
+            ("http://LOCALHOST", None),
+            (
+                "https://herma.example.com",
+                Some("https://herma.example.com"),
+            ),
+            (
+                "https://herma.example.com",
+                Some("https://herma.example.com/base"),
+            ),
+        ] {
+            assert!(origin_allowed(origin, public), "{origin} {public:?}");
+        }
+        for (origin, public) in [
+            ("http://evil.example", None),
+            ("http://localhost.evil.example:7730", None),
+            ("http://127.0.0.1.nip.io:7730", None),
+            ("null", None),
+            ("http://localhost:x", None),
+            (
+                "https://other.example.com",
+                Some("https://herma.example.com"),
+            ),
+            (
+                "http://herma.example.com",
+                Some("https://herma.example.com"),
+            ),
+        ] {
+            assert!(!origin_allowed(origin, public), "{origin} {public:?}");
+        }
+    }
 }

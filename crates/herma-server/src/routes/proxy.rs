@@ -74,6 +74,9 @@ async fn relay(
     };
     let failed = |response: Response| (response, RequestAction::Failed, None);
     let facts = GateFacts::from_headers(headers.clone());
+    if let Err(problem) = facts.repeated() {
+        return failed(ProtocolError(protocol, problem).into_response());
+    }
     let principal = match state
         .app
         .gate

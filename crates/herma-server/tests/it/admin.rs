@@ -116,6 +116,20 @@ async fn bad_key_requests_are_named_and_issue_nothing() {
             "/harness",
         ),
         (json!({"scopes": ["route"], "extra": true}), "/extra"),
+        // Labels that would drive a terminal or reorder what is shown.
+        (
+            json!({"scopes": ["route"], "label": "\u{1b}[31mred"}),
+            "/label",
+        ),
+        (
+            json!({"scopes": ["route"], "label": "line\r\nbreak"}),
+            "/label",
+        ),
+        (json!({"scopes": ["route"], "label": "nul\u{0}"}), "/label"),
+        (
+            json!({"scopes": ["route"], "label": "evil\u{202e}txt.exe"}),
+            "/label",
+        ),
     ] {
         let got = req(Method::POST, "/v1/admin/keys")
             .key(BOOTSTRAP)

@@ -236,3 +236,45 @@ async fn every_response_carries_the_security_headers_and_a_request_id() {
         .await;
     assert_eq!(headers["x-request-id"], "given-id");
 }
+
+#[tokio::test]
+async fn credentials_and_the_harness_header_are_sent_once() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let entry = json!({"id": "twice", "kind": "noun", "schema_or_body": "x"});
+    // Two harness headers on a configure write: which one the gate would check is ambiguous.
+    let response = app
+        .client
+        .post(app.url("/v1/context"))
+        .bearer_auth(&key)
+        .header("X-Herma-Harness", "claude-code")
+        .header("X-Herma-Harness", "codex")
+        .json(&entry)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "malformed_request", "{body}");
+    // Two credentials on the proxy: refused in the protocol's own error shape.
+    let response = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("authorization", "Bearer hmk_other")
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "malformed_request", "{body}");
+    // Once each, the write goes through.
+    let got = req(Method::POST, "/v1/context")
+        .key(&key)
+        .harness("claude-code")
+        .json(entry)
+        .send(&app)
+        .await;
+    assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+}

@@ -321,3 +321,54 @@ async fn h14_mcp_official_python_sdk_lists_and_calls_tools() {
         "every check ran: {report}"
     );
 }
+
+#[tokio::test]
+async fn pages_of_other_origins_and_non_json_bodies_never_reach_the_public_tools() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let post = |origin: Option<&str>, content_type: Option<&str>| {
+        let mut r = app.client.post(app.url("/mcp")).body(list.to_string());
+        if let Some(origin) = origin {
+            r = r.header("origin", origin);
+        }
+        if let Some(content_type) = content_type {
+            r = r.header("content-type", content_type);
+        }
+        r.send()
+    };
+    // A DNS-rebinding or CSRF page: refused before the body is read.
+    for origin in [
+        "http://evil.example",
+        "http://localhost.evil.example:7730",
+        "null",
+    ] {
+        let response = post(Some(origin), Some("application/json")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{origin}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+    }
+    // A simple cross-site form post carries text/plain; and no type at all is refused too.
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let response = post(None, content_type).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type:?}"
+        );
+    }
+    // A loopback page and a client without Origin get the tools.
+    for origin in [Some("http://127.0.0.1:7730"), None] {
+        let response = post(origin, Some("application/json; charset=utf-8"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{origin:?}");
+        let v: Value = response.json().await.unwrap();
+        assert!(v["result"]["tools"].is_array(), "{v}");
+    }
+}
