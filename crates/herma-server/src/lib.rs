@@ -36,6 +36,9 @@ pub struct AppState {
     pub app: Arc<App>,
     /// The rendered OpenAPI document.
     pub openapi: axum::body::Bytes,
+    /// The address the server listens on (when it serves a socket): what discovery documents
+    /// name when `HERMA_PUBLIC_URL` is unset, never the request's `Host`.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 impl AppState {
@@ -110,11 +113,17 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
 
 /// The whole application, ready to serve. Tests call it without a socket.
 pub fn router(app: Arc<App>) -> Router {
+    router_on(app, None)
+}
+
+/// [`router`] for a server listening on `local`.
+pub fn router_on(app: Arc<App>, local: Option<std::net::SocketAddr>) -> Router {
     let (routes, doc) = api();
     let rendered = doc.to_pretty_json().unwrap_or_else(|_| "{}".to_owned());
     let state = AppState {
         app,
         openapi: axum::body::Bytes::from(rendered),
+        local,
     };
     let router = routes
         .fallback(not_found)
@@ -143,9 +152,10 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let local = listener.local_addr().ok();
     let served = axum::serve(
         conn::HermaListener(listener),
-        router(app.clone()).into_make_service_with_connect_info::<conn::Peer>(),
+        router_on(app.clone(), local).into_make_service_with_connect_info::<conn::Peer>(),
     )
     .with_graceful_shutdown(shutdown)
     .await;

@@ -43,7 +43,7 @@ pub const DATABASE_URL: Setting<Database> = Setting {
 pub const PUBLIC_URL: Setting<BaseUrl> = Setting {
     name: "HERMA_PUBLIC_URL",
     kind: BaseUrl,
-    doc: "The URL clients reach Herma at, for discovery documents and pages; else taken from each request's `Host`.",
+    doc: "The URL clients reach Herma at, for discovery documents and pages; without it they name the address Herma listens on, never the request's `Host` (set it when clients reach Herma through another name).",
 };
 pub const MAX_BODY_BYTES: Setting<Number> = Setting {
     name: "HERMA_MAX_BODY_BYTES",

@@ -55,21 +55,21 @@ pub fn client_address(state: &AppState, headers: &HeaderMap, peer: Option<Socket
 }
 
 /// The URL clients reach this Herma at: HERMA_PUBLIC_URL, else `http://<Host>`.
-pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+pub fn base_url(state: &AppState, _headers: &HeaderMap) -> String {
     if let Some(url) = &state.app.settings.public_url {
         return url.clone();
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.len() <= 255
-                && h.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
-        })
-        .unwrap_or("127.0.0.1:7730");
-    format!("http://{host}")
+    // The request's Host is the client's word: echoing it into documents that say where to send
+    // keys would let a shared cache or a hostile resolver point agents elsewhere. Without
+    // HERMA_PUBLIC_URL the documents name the address Herma listens on (loopback for a
+    // wildcard bind: reach Herma from elsewhere through HERMA_PUBLIC_URL).
+    let local = state.local.unwrap_or(state.app.settings.bind);
+    let ip = match local.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::IpAddr::from([127, 0, 0, 1]),
+        ip if ip.is_unspecified() => std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", std::net::SocketAddr::new(ip, local.port()))
 }
 
 /// Evaluate a request against Herma's built-in starter rules only: matches, the exact shim or
@@ -94,15 +94,25 @@ pub async fn preview(
 
 /// Routes, protocol versions and enabled features (e.g. whether conversations are on).
 #[utoipa::path(get, path = "/connect.json", tag = "public", responses((status = 200, description = "The connect document", content_type = "application/json")))]
-pub async fn connect(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
-    Json(state.app.connect_document(&base_url(&state, &headers)))
+pub async fn connect(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    (
+        [DISCOVERY_CACHING],
+        Json(state.app.connect_document(&base_url(&state, &headers))),
+    )
 }
+
+/// Discovery documents are the same for every request and may change with the configuration:
+/// caches keep them but revalidate each use.
+const DISCOVERY_CACHING: (header::HeaderName, &str) = (header::CACHE_CONTROL, "no-cache");
 
 /// What Herma is and where to read more, for language models (llmstxt.org).
 #[utoipa::path(get, path = "/llms.txt", tag = "public", responses((status = 200, description = "Markdown", content_type = "text/markdown")))]
 pub async fn llms(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        [
+            (header::CONTENT_TYPE, "text/markdown; charset=utf-8"),
+            DISCOVERY_CACHING,
+        ],
         state.app.llms_txt(&base_url(&state, &headers)),
     )
 }
@@ -111,15 +121,21 @@ pub async fn llms(State(state): State<AppState>, headers: HeaderMap) -> impl Int
 #[utoipa::path(get, path = "/llms-full.txt", tag = "public", responses((status = 200, description = "Markdown", content_type = "text/markdown")))]
 pub async fn llms_full(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        [
+            (header::CONTENT_TYPE, "text/markdown; charset=utf-8"),
+            DISCOVERY_CACHING,
+        ],
         state.app.llms_full_txt(&base_url(&state, &headers)),
     )
 }
 
 /// Herma described for agents that discover services by card; its agent interface is MCP.
 #[utoipa::path(get, path = "/.well-known/agent-card.json", tag = "public", responses((status = 200, description = "The agent card", content_type = "application/json")))]
-pub async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
-    Json(state.app.agent_card(&base_url(&state, &headers)))
+pub async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    (
+        [DISCOVERY_CACHING],
+        Json(state.app.agent_card(&base_url(&state, &headers))),
+    )
 }
 
 /// Crawlers may read the pages and discovery documents, not the API.

@@ -191,20 +191,35 @@ async fn h14_discovery_routes_describe_this_herma() {
 }
 
 #[tokio::test]
-async fn without_a_public_url_discovery_uses_the_request_host() {
+async fn without_a_public_url_discovery_names_the_listening_address_never_the_host_header() {
     let app = spawn_app(Backend::Memory, &[]).await;
-    let connect = req(Method::GET, "/connect.json").send(&app).await.2;
-    assert_eq!(connect["base_url"], format!("http://{}", app.addr));
-    let hostile = app
-        .client
-        .get(app.url("/connect.json"))
-        .header("host", "evil\"host")
-        .send()
-        .await
-        .unwrap();
-    let body: Value = hostile.json().await.unwrap();
-    assert_eq!(
-        body["base_url"], "http://127.0.0.1:7730",
-        "a malformed Host header is not echoed"
-    );
+    let connect = req(Method::GET, "/connect.json").send(&app).await;
+    assert_eq!(connect.2["base_url"], format!("http://{}", app.addr));
+    assert_eq!(connect.1["cache-control"], "no-cache");
+    // A forged Host (a shared cache or a rebinding resolver in front) changes nothing that
+    // tells clients where to send their keys.
+    for path in [
+        "/connect.json",
+        "/llms.txt",
+        "/.well-known/agent-card.json",
+        "/",
+    ] {
+        for host in ["evil.example", "evil\"host", "attacker.example:443"] {
+            let response = app
+                .client
+                .get(app.url(path))
+                .header("host", host)
+                .send()
+                .await
+                .unwrap();
+            let text = response.text().await.unwrap();
+            assert!(
+                !text.contains("evil") && !text.contains("attacker"),
+                "{path} {host}: {text}"
+            );
+            if path != "/" {
+                assert!(text.contains(&app.addr.to_string()), "{path}: {text}");
+            }
+        }
+    }
 }
