@@ -9,7 +9,6 @@ use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use herma_app::dry_run::{DryRunReport, DryRunRequest};
 use herma_core::json;
-use serde_json::Value;
 
 use crate::AppState;
 use crate::conn::Peer;
