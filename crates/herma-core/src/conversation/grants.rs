@@ -48,9 +48,10 @@ struct RawGrant {
     allow_uncertain_failover: bool,
 }
 
+/// One choice as written, in a grant or a provider plan (`super::plan`): read by [`parse_choice`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawChoice {
+pub(super) struct RawChoice {
     provider: String,
     model: String,
     #[serde(default)]
@@ -161,11 +162,13 @@ impl Grants {
 }
 
 /// `key:<key_id>` exactly: no wildcard, no `system_builtin`.
-fn exact_key_scope(raw: &str) -> Option<CallerScope> {
+pub(super) fn exact_key_scope(raw: &str) -> Option<CallerScope> {
     CallerScope::parse(raw).filter(|scope| !scope.is_system_builtin() && scope.as_str() == raw)
 }
 
-fn parse_choice(choice: RawChoice) -> Result<GrantChoice, (&'static str, String)> {
+/// A choice's shape: a known provider, one exact model, and a `routing_provider` slug exactly
+/// when the provider is OpenRouter. `Err` names the member (relative to the choice) and why.
+pub(super) fn parse_choice(choice: RawChoice) -> Result<GrantChoice, (&'static str, String)> {
     let provider = Provider::parse(&choice.provider).ok_or_else(|| {
         let names: Vec<&str> = Provider::ALL.into_iter().map(Provider::as_str).collect();
         (

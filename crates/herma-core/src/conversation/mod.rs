@@ -8,14 +8,24 @@
 //! outcome, [`instructions`] the system text and category guidance, [`schema`] the JSON Schemas
 //! served. Money is exact ([`crate::money`]).
 //!
+//! Provider plans and governed failover (part 2): [`identity`] folds a model into its upstream
+//! `vendor/model` identity; [`plan`] reads a caller's provider plan and admits a turn under it;
+//! [`failover`] decides, after each step, whether a planned turn advances or stops; [`cooldown`]
+//! is the health coordinator's delay math and what a condition holds. Imports run one way:
+//! `failover` → `plan` → `grants`, `identity`; `cooldown` → `identity`, `providers`.
+//!
 //! Everything here is pure and shared with the Worker: the fixtures under `parity/` drive the
 //! tests of both runtimes.
 
 pub mod config;
 pub mod contract;
+pub mod cooldown;
+pub mod failover;
 pub mod generation;
 pub mod grants;
+pub mod identity;
 pub mod instructions;
+pub mod plan;
 pub mod providers;
 pub mod schema;
 pub mod tariffs;

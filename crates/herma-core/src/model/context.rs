@@ -6,6 +6,8 @@ use serde_json::Value;
 use super::{Violations, check_string_list};
 use crate::caller::{CallerScope, id_problem};
 use crate::conversation::contract::parse_work_contract;
+use crate::conversation::plan::{self, check_plan_entry};
+use crate::problem::ProblemCode;
 use crate::time::Timestamp;
 
 /// Largest `schema_or_body`, counted in characters of its compact JSON form.
@@ -113,6 +115,19 @@ impl ContextEntrySpec {
                         v.push(pointer, error.detail);
                     }
                 }
+                // Grants are not known on write: a turn checks them (`admit_plan_turn`).
+                if members.contains_key(plan::MEMBER) {
+                    match check_plan_entry(&self.id, self.kind.as_str(), members) {
+                        Ok(_) => {}
+                        Err(problem) if problem.code == ProblemCode::ValidationFailed => {
+                            for error in problem.errors {
+                                v.push(error.pointer, error.detail);
+                            }
+                        }
+                        // Contributor tier and Jev are refused before any shape error.
+                        Err(problem) => return Err(problem),
+                    }
+                }
             }
             _ => v.push("/schema_or_body", "must be a string or a JSON object"),
         }
@@ -213,6 +228,62 @@ mod tests {
             err.errors[0].detail.contains("unknown value `thing`"),
             "{}",
             err.errors[0].detail
+        );
+    }
+
+    #[test]
+    fn provider_plans_are_checked_on_write_without_grants() {
+        let pointers = |p: &crate::problem::Problem| -> Vec<String> {
+            p.errors.iter().map(|e| e.pointer.clone()).collect()
+        };
+        let spec = |kind: &str, body: Value| -> ContextEntrySpec {
+            crate::json::decode(serde_json::json!({"id": "plan.main", "kind": kind, "title": "", "schema_or_body": body}))
+            .unwrap()
+        };
+        let good = serde_json::json!({"provider_plan": {"context_refs": [], "providers": [
+            {"provider": "meta", "model": "muse-spark-1.3"}
+        ]}});
+        assert!(spec("noun", good.clone()).validate().is_ok());
+        let err = spec("verb", good).validate().unwrap_err();
+        assert_eq!(pointers(&err), ["/kind"]);
+        // The uncertainty grant by name, beside the entry's other errors.
+        let err = spec(
+        "noun",
+        serde_json::json!({"provider_plan": {"context_refs": [], "allow_uncertain_failover": true,
+            "providers": [{"provider": "meta", "model": "m"}]}}),
+    )
+    .validate()
+    .unwrap_err();
+        assert_eq!(
+            pointers(&err),
+            ["/schema_or_body/provider_plan/allow_uncertain_failover"]
+        );
+        // Contributor tier wins over every other error of the entry, even a bad id.
+        let mut contributor = spec(
+            "verb",
+            serde_json::json!({"provider_plan": {"extra": 1, "providers": [{"provider": "jev", "model": "m"},
+            {"provider": "meta", "model": "m-contributor"}]}}),
+        );
+        contributor.id = "bad id".into();
+        let err = contributor.validate().unwrap_err();
+        assert_eq!(
+            err.code,
+            crate::problem::ProblemCode::ContributorTierRefused
+        );
+        assert_eq!(
+            pointers(&err),
+            ["/schema_or_body/provider_plan/providers/1/model"]
+        );
+        contributor.schema_or_body["provider_plan"]["providers"][1]["model"] = "m".into();
+        assert_eq!(
+            contributor.validate().unwrap_err().code,
+            crate::problem::ProblemCode::JevNotAPlanProvider
+        );
+        // Entries without a plan are untouched by the hook.
+        assert!(
+            spec("verb", serde_json::json!({"schema": {"provider": "jev"}}))
+                .validate()
+                .is_ok()
         );
     }
 }

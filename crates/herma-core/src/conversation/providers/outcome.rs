@@ -1,4 +1,6 @@
 //! The closed list of what one model attempt of a turn came to, and what each says about money.
+//! The two skips (`provider_operator_disabled`, `provider_identity_cooldown`) are recorded as
+//! attempts that were never sent, so a plan's receipt lists every choice it passed over.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,10 +31,16 @@ pub enum AttemptOutcome {
     CallerBudgetDenied,
     /// Herma's own store or coordinator failed around the attempt.
     StorageOrCoordinationUnavailable,
+    /// A recorded skip: the operator paused the provider (`HERMA_CONVERSATION_DISABLED_PROVIDERS`);
+    /// nothing was reserved or sent.
+    ProviderOperatorDisabled,
+    /// A recorded skip: the choice's upstream model identity is held by a rate or credit limit
+    /// seen through another route (H17); nothing was reserved or sent.
+    ProviderIdentityCooldown,
 }
 
 impl AttemptOutcome {
-    pub const ALL: [AttemptOutcome; 11] = [
+    pub const ALL: [AttemptOutcome; 13] = [
         AttemptOutcome::Completed,
         AttemptOutcome::ProviderNotConfigured,
         AttemptOutcome::ProviderRejected,
@@ -44,6 +52,8 @@ impl AttemptOutcome {
         AttemptOutcome::ProviderBudgetDenied,
         AttemptOutcome::CallerBudgetDenied,
         AttemptOutcome::StorageOrCoordinationUnavailable,
+        AttemptOutcome::ProviderOperatorDisabled,
+        AttemptOutcome::ProviderIdentityCooldown,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -61,6 +71,8 @@ impl AttemptOutcome {
             AttemptOutcome::StorageOrCoordinationUnavailable => {
                 "storage_or_coordination_unavailable"
             }
+            AttemptOutcome::ProviderOperatorDisabled => "provider_operator_disabled",
+            AttemptOutcome::ProviderIdentityCooldown => "provider_identity_cooldown",
         }
     }
 
@@ -79,7 +91,7 @@ impl AttemptOutcome {
     }
 
     /// True when the attempt is known to have cost nothing: it was never sent (not configured,
-    /// a budget denial) or the provider refused it before generating (rejected, rate limited,
+    /// a budget denial, an operator or identity skip) or the provider refused it before generating (rejected, rate limited,
     /// payment required, unavailable). Its reservation may be released. False for `completed`
     /// (charged as reported), the uncertain and invalid outcomes (possibly charged: never
     /// refunded on a guess) and a storage or coordination failure (it may have struck after
@@ -92,7 +104,9 @@ impl AttemptOutcome {
             | AttemptOutcome::ProviderPaymentRequired
             | AttemptOutcome::ProviderUnavailable
             | AttemptOutcome::ProviderBudgetDenied
-            | AttemptOutcome::CallerBudgetDenied => true,
+            | AttemptOutcome::CallerBudgetDenied
+            | AttemptOutcome::ProviderOperatorDisabled
+            | AttemptOutcome::ProviderIdentityCooldown => true,
             AttemptOutcome::Completed
             | AttemptOutcome::ProviderOutcomeUncertain
             | AttemptOutcome::ProviderInvalidResponse

@@ -274,6 +274,8 @@ fn outcomes_are_a_closed_snake_case_list_with_known_zero_charges() {
         "provider_unavailable",
         "provider_budget_denied",
         "caller_budget_denied",
+        "provider_operator_disabled",
+        "provider_identity_cooldown",
     ];
     for outcome in AttemptOutcome::ALL {
         assert_eq!(json!(outcome), json!(outcome.as_str()));
@@ -286,7 +288,7 @@ fn outcomes_are_a_closed_snake_case_list_with_known_zero_charges() {
         );
     }
     let names: BTreeSet<_> = AttemptOutcome::ALL.iter().map(|o| o.as_str()).collect();
-    assert_eq!(names.len(), 11);
+    assert_eq!(names.len(), 13);
 }
 
 #[test]
