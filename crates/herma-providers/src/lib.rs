@@ -47,7 +47,8 @@ pub struct UpstreamResponse {
     pub body: BodyStream,
 }
 
-/// Why an upstream call failed. Nothing here echoes upstream bodies or credentials.
+/// Why an upstream call failed. Nothing here echoes upstream bodies, credentials or socket
+/// details (those are in the server log, see [`describe`]): the texts are safe to show.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum UpstreamError {
     #[error("could not connect: {0}")]
@@ -160,23 +161,31 @@ impl Upstream for HttpUpstream {
     }
 }
 
-/// What went wrong, with the cause chain but without the URL (it may carry a caller's path).
+/// What went wrong, as a fixed phrase that is safe in a response body: `connection failed`,
+/// `timed out` or `body failed`. The cause chain (OS error texts such as `Connection refused
+/// (os error 111)`, DNS and TLS messages) tells whoever reads it which local ports are open,
+/// so it goes only to the server log, with the host it concerned (never the URL: it may carry
+/// a caller's path).
 pub(crate) fn describe(err: &reqwest::Error) -> String {
-    let mut text = if err.is_connect() {
-        "connection failed"
-    } else if err.is_timeout() {
+    let phrase = if err.is_timeout() && !err.is_connect() {
         "timed out"
     } else if err.is_body() || err.is_decode() {
         "body failed"
     } else {
-        "request failed"
-    }
-    .to_owned();
+        // Refused, reset, unresolvable, a TLS failure, or a peer that is not HTTP: one phrase,
+        // so the answer does not say which.
+        "connection failed"
+    };
+    let mut chain = String::new();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        if !chain.is_empty() {
+            chain.push_str(": ");
+        }
+        chain.push_str(&cause.to_string());
         source = cause.source();
     }
-    text
+    let host = err.url().and_then(reqwest::Url::host_str).unwrap_or("-");
+    tracing::warn!(host, cause = %chain, "upstream {phrase}");
+    phrase.to_owned()
 }

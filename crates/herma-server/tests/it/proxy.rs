@@ -7,7 +7,7 @@ use herma_test_support::{Backend, TestApp, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::{configure, receipt, req};
+use crate::{assert_no_socket_details, configure, receipt, req};
 
 const PROTOCOLS: [(&str, &str); 3] = [
     ("/v1/chat/completions", "chat"),
@@ -1055,4 +1055,57 @@ async fn shimmed_entries_name_their_uri_in_the_proxy_and_in_dry_runs() {
         .cloned()
         .unwrap();
     assert_eq!(system["content"], expected);
+}
+
+/// A local port nothing listens on.
+async fn closed_port() -> u16 {
+    tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn connection_errors_reach_the_client_as_a_fixed_sentence_without_socket_details() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route", None).await;
+    let port = closed_port().await;
+    let base = format!("http://127.0.0.1:{port}");
+    let mut sentences = Vec::new();
+    for (method, path) in [
+        (Method::POST, "/v1/chat/completions"),
+        (Method::POST, "/v1/responses"),
+        (Method::POST, "/v1/messages"),
+        (Method::GET, "/v1/models"),
+    ] {
+        let mut request = app
+            .client
+            .request(method.clone(), app.url(path))
+            .header("X-Upstream-Base-Url", &base);
+        request = if path == "/v1/messages" {
+            request
+                .header("x-api-key", &key)
+                .header("anthropic-version", "2023-06-01")
+        } else {
+            request.bearer_auth(&key)
+        };
+        if method == Method::POST {
+            request = request.json(&body(path, "m", "hi", false));
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{path}");
+        let text = response.text().await.unwrap();
+        assert_no_socket_details(&text, port);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], "upstream_unreachable", "{path}: {text}");
+        sentences.push(v["error"]["message"].as_str().unwrap().to_owned());
+    }
+    sentences.dedup();
+    assert_eq!(
+        sentences,
+        ["the upstream 127.0.0.1 could not be reached"],
+        "one fixed sentence in every protocol's shape"
+    );
 }
