@@ -5,8 +5,11 @@
 //! credential can never be carried to a third host), never retries, and bounds the wait for the
 //! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
+//! Every client here resolves names through [`dns`]'s resolver: a loopback name never leads to
+//! another machine.
 
 pub mod conversation;
+pub mod dns;
 pub mod fabric;
 pub mod single;
 pub mod tiers;
@@ -59,6 +62,10 @@ pub enum UpstreamError {
     Redirect(u16),
     #[error("the request could not be built: {0}")]
     Request(String),
+    /// A loopback name (`localhost`, `*.localhost`) resolved to a non-loopback address; nothing
+    /// was sent.
+    #[error("`{0}` names loopback but resolved to a non-loopback address; refused")]
+    LoopbackPromiseBroken(String),
     #[error("the response body failed: {0}")]
     Body(String),
 }
@@ -86,8 +93,21 @@ impl HttpUpstream {
         headers_timeout: Duration,
         idle_timeout: Duration,
     ) -> Result<Self, UpstreamError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+        Self::build(
+            connect_timeout,
+            headers_timeout,
+            idle_timeout,
+            dns::GuardedResolver::system(),
+        )
+    }
+
+    pub(crate) fn build(
+        connect_timeout: Duration,
+        headers_timeout: Duration,
+        idle_timeout: Duration,
+        resolver: std::sync::Arc<dns::GuardedResolver>,
+    ) -> Result<Self, UpstreamError> {
+        let client = client_builder(resolver)
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
@@ -100,6 +120,16 @@ impl HttpUpstream {
             idle_timeout,
         })
     }
+}
+
+/// What every client of this crate starts from: no redirects, names resolved through the
+/// guarded resolver.
+pub(crate) fn client_builder(
+    resolver: std::sync::Arc<dns::GuardedResolver>,
+) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(resolver)
 }
 
 #[async_trait]
@@ -117,7 +147,12 @@ impl Upstream for HttpUpstream {
         let response = match tokio::time::timeout(self.headers_timeout, builder.send()).await {
             Err(_) => return Err(UpstreamError::Timeout(self.headers_timeout)),
             Ok(Err(e)) if e.is_builder() => return Err(UpstreamError::Request(e.to_string())),
-            Ok(Err(e)) => return Err(UpstreamError::Connect(describe(&e))),
+            Ok(Err(e)) => {
+                return Err(match dns::broken_promise(&e) {
+                    Some(refused) => UpstreamError::LoopbackPromiseBroken(refused.host.clone()),
+                    None => UpstreamError::Connect(describe(&e)),
+                });
+            }
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();

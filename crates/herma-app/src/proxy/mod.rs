@@ -135,6 +135,12 @@ fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
                 "the upstream {host} answered {status} with a redirect; Herma never follows redirects"
             ),
         ),
+        UpstreamError::LoopbackPromiseBroken(_) => Problem::new(
+            ProblemCode::UpstreamHostRefused,
+            format!(
+                "the upstream host `{host}` names loopback but resolved to a non-loopback address; nothing was sent"
+            ),
+        ),
         UpstreamError::Request(detail) => Problem::new(
             ProblemCode::ValidationFailed,
             format!("the upstream request is invalid: {detail}"),

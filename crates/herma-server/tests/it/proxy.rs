@@ -1109,3 +1109,51 @@ async fn connection_errors_reach_the_client_as_a_fixed_sentence_without_socket_d
         "one fixed sentence in every protocol's shape"
     );
 }
+
+#[tokio::test]
+async fn upstream_host_names_are_normalized_before_the_allowlist_and_the_request() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let port = mock.addr.port();
+    let path = "/v1/chat/completions";
+    // The fully qualified and the upper-case spellings are `localhost` itself: they reach the
+    // same mock, sent as `localhost` (never handed to an outside resolver with the dot).
+    for base in [
+        format!("http://localhost.:{port}"),
+        format!("http://LOCALHOST:{port}"),
+        format!("http://LocalHost.:{port}/v1"),
+    ] {
+        let response = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .header("X-Upstream-Base-Url", &base)
+            .json(&body(path, "m", "hi", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{base}");
+        let seen = mock.requests().last().unwrap().clone();
+        assert_eq!(
+            seen.header("host"),
+            Some(format!("localhost:{port}").as_str()),
+            "{base}"
+        );
+    }
+    assert_eq!(mock.requests().len(), 3);
+    // Only one trailing dot is the DNS root: `localhost..` is not an allowlisted name.
+    let response = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&key)
+        .header("X-Upstream-Base-Url", format!("http://localhost..:{port}"))
+        .json(&body(path, "m", "hi", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let v: Value = response.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "upstream_host_refused");
+    assert_eq!(mock.requests().len(), 3, "nothing was sent");
+}
