@@ -49,11 +49,8 @@ pub fn check_remote(raw: &str, allowed_hosts: &[String]) -> Result<Url, Problem>
     let url = parse_base(raw).map_err(|detail| {
         Problem::validation(vec![crate::problem::FieldError::new("/remote", detail)])
     })?;
-    let host = url
-        .host_str()
-        .unwrap_or_default()
-        .trim_end_matches('.')
-        .to_ascii_lowercase();
+    // Normalized by `parse_base`: `localhost.` is `localhost`.
+    let host = url.host_str().unwrap_or_default().to_owned();
     if !allowed_hosts.contains(&host) {
         return Err(Problem::new(
             ProblemCode::UpstreamHostRefused,

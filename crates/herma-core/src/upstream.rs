@@ -7,6 +7,14 @@
 //! else the operator's `HERMA_UPSTREAM_API_KEY` — but only toward the operator's configured
 //! origin; it is never sent anywhere else. A paused provider (`HERMA_CONVERSATION_DISABLED_PROVIDERS`)
 //! blocks the operator key for its exact hosts.
+//!
+//! Host names are compared and sent in one normal form ([`normalize_host`]): lowercase, IDNA
+//! applied as the URL parser does, one trailing dot (the DNS root) removed — so `localhost.` and
+//! `LOCALHOST` are `localhost`. A name that promises loopback ([`promises_loopback`]) must
+//! resolve only to loopback addresses ([`resolution_keeps_promise`]); the HTTP adapter checks
+//! that on every resolution.
+
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -114,18 +122,57 @@ pub struct UpstreamAsk<'a> {
     pub key_header: Option<&'a str>,
 }
 
+/// A host name as Herma compares and sends it: lowercase, IDNA to ASCII (`bücher.example` →
+/// `xn--bcher-kva.example`) and IPv4 forms made canonical, as the URL parser does for `http`
+/// and `https`; then one trailing dot, the DNS root, removed (`localhost.` → `localhost`), so
+/// the fully qualified spelling of an allowlisted name is that name and is never handed to an
+/// outside resolver as a different one. Only one: `localhost..` stays `localhost.`. `None` when
+/// `raw` is not a host.
+pub fn normalize_host(raw: &str) -> Option<String> {
+    let host = match url::Host::parse(raw).ok()? {
+        url::Host::Domain(domain) => match domain.strip_suffix('.') {
+            Some(stripped) => stripped.to_owned(),
+            None => domain,
+        },
+        ip => ip.to_string(),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Whether a (normalized) host name promises a loopback destination: `localhost` and every name
+/// under `.localhost` (RFC 6761 §6.3).
+pub fn promises_loopback(host: &str) -> bool {
+    host == "localhost" || host.ends_with(".localhost")
+}
+
+/// Whether the addresses `host` resolved to keep what its name promises: a loopback name only
+/// loopback addresses (an IPv4-mapped `::ffff:127.0.0.1` counts); other names promise nothing
+/// here (the allowlist decided them).
+pub fn resolution_keeps_promise(host: &str, addresses: &[IpAddr]) -> bool {
+    !promises_loopback(host)
+        || addresses
+            .iter()
+            .all(|address| address.to_canonical().is_loopback())
+}
+
 fn refused(code: ProblemCode, detail: String) -> Problem {
     Problem::new(code, detail)
 }
 
-/// Parses a base URL: http or https, a host, no credentials, no query or fragment.
+/// Parses a base URL: http or https, a host, no credentials, no query or fragment. The host is
+/// normalized ([`normalize_host`]): the URL is the one requests are sent to.
 pub fn parse_base(raw: &str) -> Result<Url, String> {
-    let url = Url::parse(raw.trim()).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
+    let mut url = Url::parse(raw.trim()).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!("`{raw}` must be http or https"));
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{raw}` has no host"));
+    let host = url
+        .host_str()
+        .and_then(normalize_host)
+        .ok_or_else(|| format!("`{raw}` has no host"))?;
+    if url.host_str() != Some(host.as_str()) {
+        url.set_host(Some(&host))
+            .map_err(|e| format!("`{raw}` has no usable host: {e}"))?;
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("an upstream URL must not carry credentials; use the API key setting".into());
@@ -184,11 +231,8 @@ pub fn resolve(
             }
         },
     };
-    let host = base
-        .host_str()
-        .unwrap_or_default()
-        .trim_end_matches('.')
-        .to_ascii_lowercase();
+    // Normalized by `parse_base` (the operator's base too).
+    let host = base.host_str().unwrap_or_default().to_owned();
     let operator_origin = settings
         .base
         .as_ref()
@@ -437,6 +481,89 @@ mod tests {
                 .code,
             ProblemCode::UpstreamRequired
         );
+    }
+
+    #[test]
+    fn host_names_are_normalized_before_the_allowlist() {
+        for (raw, normal) in [
+            ("localhost", Some("localhost")),
+            ("localhost.", Some("localhost")),
+            ("LOCALHOST", Some("localhost")),
+            ("LocalHost.", Some("localhost")),
+            ("localhost..", Some("localhost.")),
+            ("Api.OpenAI.com.", Some("api.openai.com")),
+            ("bücher.example", Some("xn--bcher-kva.example")),
+            ("127.0.0.1", Some("127.0.0.1")),
+            ("127.1", Some("127.0.0.1")),
+            ("[::1]", Some("[::1]")),
+            (".", None),
+            ("", None),
+        ] {
+            assert_eq!(normalize_host(raw).as_deref(), normal, "{raw}");
+        }
+        for (base, sent_to) in [
+            (
+                "http://localhost.:8080",
+                "http://localhost:8080/v1/messages",
+            ),
+            (
+                "http://LOCALHOST:8080/v1",
+                "http://localhost:8080/v1/messages",
+            ),
+            (
+                "http://LocalHost.:8080/",
+                "http://localhost:8080/v1/messages",
+            ),
+        ] {
+            let target = resolve(&settings(), &ask(Protocol::Messages, Some(base), None)).unwrap();
+            assert_eq!(
+                (target.url.as_str(), target.host.as_str()),
+                (sent_to, "localhost"),
+                "{base}"
+            );
+        }
+        for base in ["http://localhost..:8080", "http://localhost.localdomain"] {
+            assert_eq!(
+                resolve(&settings(), &ask(Protocol::Messages, Some(base), None))
+                    .unwrap_err()
+                    .code,
+                ProblemCode::UpstreamHostRefused,
+                "{base}"
+            );
+        }
+        // The operator's own origin spelled with the root dot is still its origin.
+        let own = resolve(
+            &settings(),
+            &ask(Protocol::Messages, Some("https://API.anthropic.com."), None),
+        )
+        .unwrap();
+        assert_eq!(own.credential_source, CredentialSource::Operator);
+    }
+
+    #[test]
+    fn a_loopback_name_must_resolve_only_to_loopback() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (host, addresses, kept) in [
+            ("localhost", vec!["127.0.0.1", "::1"], true),
+            ("localhost", vec!["127.0.0.53"], true),
+            ("localhost", vec!["::ffff:127.0.0.1"], true),
+            ("api.localhost", vec!["127.0.0.1"], true),
+            ("localhost", vec!["93.184.216.34"], false),
+            ("localhost", vec!["127.0.0.1", "10.0.0.1"], false),
+            ("dev.localhost", vec!["::ffff:93.184.216.34"], false),
+            ("localhost", vec!["0.0.0.0"], false),
+            ("ollama.internal", vec!["10.0.0.1"], true),
+            ("localhost.evil.example", vec!["93.184.216.34"], true),
+        ] {
+            let addresses: Vec<IpAddr> = addresses.into_iter().map(ip).collect();
+            assert_eq!(
+                resolution_keeps_promise(host, &addresses),
+                kept,
+                "{host} → {addresses:?}"
+            );
+        }
+        assert!(promises_loopback("localhost") && promises_loopback("a.b.localhost"));
+        assert!(!promises_loopback("notlocalhost") && !promises_loopback("localhost.evil.example"));
     }
 
     #[test]

@@ -200,7 +200,11 @@ impl ModelClient for ConversationClient {
                     Some("the provider answered with a redirect, which is never followed".into());
                 return Ok(self.failed(report, ProviderError::Rejected { status }));
             }
-            Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
+            Err(
+                UpstreamError::Connect(_)
+                | UpstreamError::Request(_)
+                | UpstreamError::LoopbackPromiseBroken(_),
+            ) => {
                 // Nothing reached the provider.
                 let mut report = DispatchReport::new(AttemptOutcome::ProviderUnavailable, None);
                 report.reason = Some("the provider could not be reached".into());

@@ -21,8 +21,7 @@ impl std::fmt::Debug for FabricClient {
 
 impl FabricClient {
     pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+        let client = crate::client_builder(crate::dns::GuardedResolver::system())
             .timeout(timeout)
             .connect_timeout(timeout)
             .build()

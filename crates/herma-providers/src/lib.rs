@@ -5,8 +5,11 @@
 //! credential can never be carried to a third host), never retries, and bounds the wait for the
 //! response headers; bodies are streamed chunk by chunk as they arrive. Dropping the body stream
 //! closes the upstream connection — that is how a client disconnect cancels the upstream call.
+//! Every client here resolves names through [`dns`]'s resolver: a loopback name never leads to
+//! another machine.
 
 pub mod conversation;
+pub mod dns;
 pub mod fabric;
 pub mod single;
 pub mod tiers;
@@ -47,7 +50,8 @@ pub struct UpstreamResponse {
     pub body: BodyStream,
 }
 
-/// Why an upstream call failed. Nothing here echoes upstream bodies or credentials.
+/// Why an upstream call failed. Nothing here echoes upstream bodies, credentials or socket
+/// details (those are in the server log, see [`describe`]): the texts are safe to show.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum UpstreamError {
     #[error("could not connect: {0}")]
@@ -58,6 +62,10 @@ pub enum UpstreamError {
     Redirect(u16),
     #[error("the request could not be built: {0}")]
     Request(String),
+    /// A loopback name (`localhost`, `*.localhost`) resolved to a non-loopback address; nothing
+    /// was sent.
+    #[error("`{0}` names loopback but resolved to a non-loopback address; refused")]
+    LoopbackPromiseBroken(String),
     #[error("the response body failed: {0}")]
     Body(String),
 }
@@ -85,8 +93,21 @@ impl HttpUpstream {
         headers_timeout: Duration,
         idle_timeout: Duration,
     ) -> Result<Self, UpstreamError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+        Self::build(
+            connect_timeout,
+            headers_timeout,
+            idle_timeout,
+            dns::GuardedResolver::system(),
+        )
+    }
+
+    pub(crate) fn build(
+        connect_timeout: Duration,
+        headers_timeout: Duration,
+        idle_timeout: Duration,
+        resolver: std::sync::Arc<dns::GuardedResolver>,
+    ) -> Result<Self, UpstreamError> {
+        let client = client_builder(resolver)
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
@@ -99,6 +120,16 @@ impl HttpUpstream {
             idle_timeout,
         })
     }
+}
+
+/// What every client of this crate starts from: no redirects, names resolved through the
+/// guarded resolver.
+pub(crate) fn client_builder(
+    resolver: std::sync::Arc<dns::GuardedResolver>,
+) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(resolver)
 }
 
 #[async_trait]
@@ -116,7 +147,12 @@ impl Upstream for HttpUpstream {
         let response = match tokio::time::timeout(self.headers_timeout, builder.send()).await {
             Err(_) => return Err(UpstreamError::Timeout(self.headers_timeout)),
             Ok(Err(e)) if e.is_builder() => return Err(UpstreamError::Request(e.to_string())),
-            Ok(Err(e)) => return Err(UpstreamError::Connect(describe(&e))),
+            Ok(Err(e)) => {
+                return Err(match dns::broken_promise(&e) {
+                    Some(refused) => UpstreamError::LoopbackPromiseBroken(refused.host.clone()),
+                    None => UpstreamError::Connect(describe(&e)),
+                });
+            }
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
@@ -160,23 +196,31 @@ impl Upstream for HttpUpstream {
     }
 }
 
-/// What went wrong, with the cause chain but without the URL (it may carry a caller's path).
+/// What went wrong, as a fixed phrase that is safe in a response body: `connection failed`,
+/// `timed out` or `body failed`. The cause chain (OS error texts such as `Connection refused
+/// (os error 111)`, DNS and TLS messages) tells whoever reads it which local ports are open,
+/// so it goes only to the server log, with the host it concerned (never the URL: it may carry
+/// a caller's path).
 pub(crate) fn describe(err: &reqwest::Error) -> String {
-    let mut text = if err.is_connect() {
-        "connection failed"
-    } else if err.is_timeout() {
+    let phrase = if err.is_timeout() && !err.is_connect() {
         "timed out"
     } else if err.is_body() || err.is_decode() {
         "body failed"
     } else {
-        "request failed"
-    }
-    .to_owned();
+        // Refused, reset, unresolvable, a TLS failure, or a peer that is not HTTP: one phrase,
+        // so the answer does not say which.
+        "connection failed"
+    };
+    let mut chain = String::new();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        if !chain.is_empty() {
+            chain.push_str(": ");
+        }
+        chain.push_str(&cause.to_string());
         source = cause.source();
     }
-    text
+    let host = err.url().and_then(reqwest::Url::host_str).unwrap_or("-");
+    tracing::warn!(host, cause = %chain, "upstream {phrase}");
+    phrase.to_owned()
 }

@@ -12,8 +12,7 @@ use herma_core::settings::{RemoteModel, RemoteProtocol};
 use serde_json::{Value, json};
 
 fn client(timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    crate::client_builder(crate::dns::GuardedResolver::system())
         .timeout(timeout)
         .connect_timeout(timeout)
         .tcp_nodelay(true)

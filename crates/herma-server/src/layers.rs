@@ -1,5 +1,6 @@
-//! The layers around every route: request ids, tracing without secrets, and one guard that
-//! checks the edge secret (H08) and adds the security headers to every response.
+//! The layers around every route: request ids (a client's own only when it is a short plain
+//! token), tracing without secrets, and one guard that checks the edge secret (H08) and adds
+//! the security headers to every response.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,6 +81,37 @@ async fn measure(State(state): State<AppState>, request: Request, next: Next) ->
     response
 }
 
+/// The longest client-sent request id Herma keeps.
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Whether a client's `X-Request-Id` is kept: 1–128 characters of `[A-Za-z0-9._:-]`. An id
+/// goes into every log line of its request, so it must be bounded and unable to forge a field
+/// (no spaces, quotes, `=` or control characters).
+fn acceptable_request_id(value: &HeaderValue) -> bool {
+    let bytes = value.as_bytes();
+    (1..=MAX_REQUEST_ID_LEN).contains(&bytes.len())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Drops a client's request id Herma does not keep (and every one when several are sent), so
+/// the id layer generates a fresh one.
+async fn screen_request_id(mut request: Request, next: Next) -> Response {
+    let keep = {
+        let mut given = request.headers().get_all(&REQUEST_ID).iter();
+        match (given.next(), given.next()) {
+            (Some(only), None) => acceptable_request_id(only),
+            (None, _) => true,
+            (Some(_), Some(_)) => false,
+        }
+    };
+    if !keep {
+        request.headers_mut().remove(&REQUEST_ID);
+    }
+    next.run(request).await
+}
+
 /// Request ids unique to this process and run: a random prefix drawn at start and a counter
 /// (no system call per request, unlike a random UUID each time).
 #[derive(Clone)]
@@ -98,7 +130,7 @@ impl MakeRequestId for SequentialIds {
 }
 
 /// Wraps `router` in every layer. Listed innermost first; the request id is set outermost so
-/// every log line and every response carries it.
+/// every log line and every response carries it — after a client's own id has been screened.
 pub fn apply(router: Router, state: AppState) -> Router {
     let mut seed = [0u8; 4];
     let _ = state.app.random.fill(&mut seed);
@@ -120,4 +152,5 @@ pub fn apply(router: Router, state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
+        .layer(middleware::from_fn(screen_request_id))
 }

@@ -116,9 +116,11 @@ impl ProxyRequest {
 
 fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
     match err {
-        UpstreamError::Connect(detail) | UpstreamError::Body(detail) => Problem::new(
+        // One sentence whatever the socket said (the detail is in the server log): refused,
+        // unresolvable and TLS failures must not tell a caller which local ports are open.
+        UpstreamError::Connect(_) | UpstreamError::Body(_) => Problem::new(
             ProblemCode::UpstreamUnreachable,
-            format!("the upstream {host} could not be reached: {detail}"),
+            format!("the upstream {host} could not be reached"),
         ),
         UpstreamError::Timeout(after) => Problem::new(
             ProblemCode::UpstreamTimeout,
@@ -131,6 +133,12 @@ fn upstream_problem(err: UpstreamError, host: &str) -> Problem {
             ProblemCode::UpstreamRedirectRefused,
             format!(
                 "the upstream {host} answered {status} with a redirect; Herma never follows redirects"
+            ),
+        ),
+        UpstreamError::LoopbackPromiseBroken(_) => Problem::new(
+            ProblemCode::UpstreamHostRefused,
+            format!(
+                "the upstream host `{host}` names loopback but resolved to a non-loopback address; nothing was sent"
             ),
         ),
         UpstreamError::Request(detail) => Problem::new(

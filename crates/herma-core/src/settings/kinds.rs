@@ -9,7 +9,7 @@ use url::Url;
 use super::declare::{Describe, Invalid, Kind};
 use super::values::DatabaseUrl;
 use crate::secret::Secret;
-use crate::upstream::{Provider, parse_base};
+use crate::upstream::{Provider, normalize_host, parse_base};
 
 /// Plain decimal digits only: `16384` yes; `+1`, `1e3`, `1_000`, `0x10`, `-1` no.
 pub fn parse_decimal_u64(raw: &str) -> Result<u64, String> {
@@ -335,12 +335,18 @@ impl Kind for Hosts {
         let mut refused = Vec::new();
         for host in raw.split(',').map(str::trim).filter(|h| !h.is_empty()) {
             let host = host.to_ascii_lowercase();
-            if host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'))
-                && !host.contains("://")
-            {
-                hosts.push(host);
+            // In the form requests are compared in (`localhost.` is `localhost`, `::1` is
+            // `[::1]`).
+            let normal = match host.parse::<std::net::Ipv6Addr>() {
+                Ok(ip) => Some(format!("[{ip}]")),
+                Err(_) => normalize_host(&host),
+            };
+            if let Some(normal) = normal.filter(|_| {
+                host.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'))
+                    && !host.contains("://")
+            }) {
+                hosts.push(normal);
             } else {
                 refused.push(format!(
                     "`{host}` is not a host name (no scheme, port or path)"

@@ -421,14 +421,20 @@ mod tests {
     fn upstream_settings_are_validated() {
         let s = Settings::from_map(&map(&[
             ("HERMA_UPSTREAM_BASE_URL", "https://api.anthropic.com"),
-            ("HERMA_ALLOWED_UPSTREAM_HOSTS", "LocalHost, ollama.internal"),
+            (
+                "HERMA_ALLOWED_UPSTREAM_HOSTS",
+                "LocalHost., ollama.internal, ::1, [::1]",
+            ),
             (
                 "HERMA_CONVERSATION_DISABLED_PROVIDERS",
                 "[\"anthropic\",\"openrouter\"]",
             ),
         ]))
         .unwrap();
-        assert_eq!(s.upstream.allowed_hosts, ["localhost", "ollama.internal"]);
+        assert_eq!(
+            s.upstream.allowed_hosts,
+            ["localhost", "ollama.internal", "[::1]", "[::1]"]
+        );
         assert_eq!(
             s.upstream.disabled_providers,
             [Provider::Anthropic, Provider::Openrouter]

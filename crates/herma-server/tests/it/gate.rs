@@ -278,3 +278,48 @@ async fn credentials_and_the_harness_header_are_sent_once() {
         .await;
     assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
 }
+
+#[tokio::test]
+async fn a_request_id_outside_the_token_charset_or_length_is_replaced() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let valid = "req-01.A_b:c";
+    let (_, headers, _) = req(Method::GET, "/healthz")
+        .header("x-request-id", valid)
+        .send(&app)
+        .await;
+    assert_eq!(headers["x-request-id"], valid, "a valid id is echoed");
+    let longest = "a".repeat(128);
+    let (_, headers, _) = req(Method::GET, "/healthz")
+        .header("x-request-id", longest.clone())
+        .send(&app)
+        .await;
+    assert_eq!(headers["x-request-id"], longest.as_str());
+    for bad in [
+        "a".repeat(129),
+        "x".repeat(60 * 1024),
+        "two words".to_owned(),
+        "quote\"d".to_owned(),
+        "id=\"1\" level=error".to_owned(),
+        "tab\there".to_owned(),
+        // CR and LF cannot arrive inside a value (HTTP/1.1 ends the header there and hyper
+        // refuses folded lines; HTTP/2 forbids them), so the spaces, quotes and `=` a forged
+        // log field needs are what is left to refuse.
+        "ünïcode".to_owned(),
+    ] {
+        let (status, headers, _) = req(Method::GET, "/healthz")
+            .header("x-request-id", bad.clone())
+            .send(&app)
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let given = headers["x-request-id"].to_str().unwrap();
+        assert_ne!(given, bad, "`{}` was echoed", &bad[..bad.len().min(40)]);
+        assert!(
+            !given.is_empty()
+                && given.len() <= 128
+                && given
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')),
+            "{given}"
+        );
+    }
+}

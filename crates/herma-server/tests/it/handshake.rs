@@ -4,7 +4,7 @@ use herma_test_support::{Backend, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::req;
+use crate::{assert_no_socket_details, assert_problem, req};
 
 #[tokio::test]
 async fn h07_remote_handshake_clamps_max_chars() {
@@ -134,4 +134,28 @@ async fn h07_remote_handshake_clamps_max_chars() {
         .await;
     assert_eq!(got.0, StatusCode::FORBIDDEN, "{}", got.2);
     assert_eq!(got.2["code"], "upstream_host_refused");
+}
+
+#[tokio::test]
+async fn an_unreachable_remote_is_a_fixed_problem_without_socket_details() {
+    let local = spawn_app(Backend::Memory, &[]).await;
+    let key = local.key("route,configure", Some("codex")).await;
+    let port = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let got = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .harness("codex")
+        .json(json!({"remote": format!("http://127.0.0.1:{port}")}))
+        .send(&local)
+        .await;
+    assert_problem(&got, StatusCode::BAD_GATEWAY, "upstream_unreachable");
+    assert_no_socket_details(&got.2.to_string(), port);
+    assert_eq!(
+        got.2["detail"],
+        "the remote could not be read: connection failed"
+    );
 }

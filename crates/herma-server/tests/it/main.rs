@@ -129,6 +129,23 @@ pub fn assert_problem(
     assert_eq!(headers["content-type"], "application/problem+json");
 }
 
+/// What a connection failure must never tell a caller: the socket's own words map local ports.
+pub fn assert_no_socket_details(body: &str, port: u16) {
+    for leak in [
+        "os error",
+        "connection refused",
+        "tcp connect",
+        "dns error",
+        "certificate",
+        &port.to_string(),
+    ] {
+        assert!(
+            !body.to_ascii_lowercase().contains(leak),
+            "`{leak}` reached the client: {body}"
+        );
+    }
+}
+
 /// Creates a record through the configure API (harness `claude-code`), asserting 201.
 pub async fn configure(app: &TestApp, key: &str, path: &str, body: Value) {
     let got = req(Method::POST, path)

@@ -7,7 +7,7 @@ use herma_test_support::{Backend, TestApp, spawn_app};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::{configure, receipt, req};
+use crate::{assert_no_socket_details, configure, receipt, req};
 
 const PROTOCOLS: [(&str, &str); 3] = [
     ("/v1/chat/completions", "chat"),
@@ -1089,4 +1089,105 @@ async fn a_repeated_model_cannot_smuggle_a_contributor_model_past_the_check() {
         );
     }
     assert!(mock.requests().is_empty(), "nothing was forwarded");
+}
+
+/// A local port nothing listens on.
+async fn closed_port() -> u16 {
+    tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn connection_errors_reach_the_client_as_a_fixed_sentence_without_socket_details() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route", None).await;
+    let port = closed_port().await;
+    let base = format!("http://127.0.0.1:{port}");
+    let mut sentences = Vec::new();
+    for (method, path) in [
+        (Method::POST, "/v1/chat/completions"),
+        (Method::POST, "/v1/responses"),
+        (Method::POST, "/v1/messages"),
+        (Method::GET, "/v1/models"),
+    ] {
+        let mut request = app
+            .client
+            .request(method.clone(), app.url(path))
+            .header("X-Upstream-Base-Url", &base);
+        request = if path == "/v1/messages" {
+            request
+                .header("x-api-key", &key)
+                .header("anthropic-version", "2023-06-01")
+        } else {
+            request.bearer_auth(&key)
+        };
+        if method == Method::POST {
+            request = request.json(&body(path, "m", "hi", false));
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{path}");
+        let text = response.text().await.unwrap();
+        assert_no_socket_details(&text, port);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], "upstream_unreachable", "{path}: {text}");
+        sentences.push(v["error"]["message"].as_str().unwrap().to_owned());
+    }
+    sentences.dedup();
+    assert_eq!(
+        sentences,
+        ["the upstream 127.0.0.1 could not be reached"],
+        "one fixed sentence in every protocol's shape"
+    );
+}
+
+#[tokio::test]
+async fn upstream_host_names_are_normalized_before_the_allowlist_and_the_request() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let port = mock.addr.port();
+    let path = "/v1/chat/completions";
+    // The fully qualified and the upper-case spellings are `localhost` itself: they reach the
+    // same mock, sent as `localhost` (never handed to an outside resolver with the dot).
+    for base in [
+        format!("http://localhost.:{port}"),
+        format!("http://LOCALHOST:{port}"),
+        format!("http://LocalHost.:{port}/v1"),
+    ] {
+        let response = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(&key)
+            .header("X-Upstream-Base-Url", &base)
+            .json(&body(path, "m", "hi", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{base}");
+        let seen = mock.requests().last().unwrap().clone();
+        assert_eq!(
+            seen.header("host"),
+            Some(format!("localhost:{port}").as_str()),
+            "{base}"
+        );
+    }
+    assert_eq!(mock.requests().len(), 3);
+    // Only one trailing dot is the DNS root: `localhost..` is not an allowlisted name.
+    let response = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(&key)
+        .header("X-Upstream-Base-Url", format!("http://localhost..:{port}"))
+        .json(&body(path, "m", "hi", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let v: Value = response.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "upstream_host_refused");
+    assert_eq!(mock.requests().len(), 3, "nothing was sent");
 }
