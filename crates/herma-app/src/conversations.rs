@@ -703,17 +703,7 @@ impl App {
         attempts: Vec<Value>,
         budget_denied: bool,
     ) -> Result<TurnAnswer, Problem> {
-        let mut answer = json!({
-            "conversation_id": body.conversation_id,
-            "request_id": body.request_id,
-            "version": turn.version_before + 1,
-            "executed": false,
-            "attempts": attempts,
-        });
-        if let (Some(answer), Value::Object(members)) = (answer.as_object_mut(), outcome.to_json())
-        {
-            answer.extend(members);
-        }
+        let answer = answer_of(turn, &outcome, attempts);
         let transcript_append = vec![
             json!(TranscriptMessage {
                 role: Role::User,
@@ -865,17 +855,8 @@ impl App {
             }
         }
         let outcome = blocked_by(AttemptOutcome::ProviderOutcomeUncertain);
-        let mut answer = json!({
-            "conversation_id": turn.conversation_id,
-            "request_id": turn.request_id,
-            "version": turn.version_before + 1,
-            "executed": false,
-            "attempts": attempts.iter().map(|a| a.record.clone()).collect::<Vec<_>>(),
-        });
-        if let (Some(answer), Value::Object(members)) = (answer.as_object_mut(), outcome.to_json())
-        {
-            answer.extend(members);
-        }
+        let records = attempts.iter().map(|a| a.record.clone()).collect();
+        let answer = answer_of(turn, &outcome, records);
         self.store
             .seal_turn(&SealTurn {
                 caller_scope: turn.caller_scope.clone(),
@@ -918,6 +899,22 @@ fn principal_id(principal: &Principal) -> Value {
         Principal::Key(key) => json!({"key_id": key.key_id.to_string(), "scope": "route"}),
         Principal::Bootstrap => json!("bootstrap"),
     }
+}
+
+/// A sealed turn's answer: its ids, the version the next turn sends, `executed: false`, the
+/// outcome's members and the attempts' records.
+fn answer_of(turn: &TurnRecord, outcome: &Outcome, attempts: Vec<Value>) -> Value {
+    let mut answer = json!({
+        "conversation_id": turn.conversation_id,
+        "request_id": turn.request_id,
+        "version": turn.version_before + 1,
+        "executed": false,
+        "attempts": attempts,
+    });
+    if let (Some(answer), Value::Object(members)) = (answer.as_object_mut(), outcome.to_json()) {
+        answer.extend(members);
+    }
+    answer
 }
 
 fn blocked_by(outcome: AttemptOutcome) -> Outcome {

@@ -11,9 +11,7 @@
 //! taskset -c 1 target/release/herma-load            # gateways run under `taskset -c 0`
 //! ```
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +20,7 @@ use futures_util::StreamExt;
 use herma_mocks::mock_upstream::MockUpstream;
 use serde_json::{Value, json};
 
-type Result<T> = std::result::Result<T, String>;
+use herma_bench::{Result, cpu_ns, run_cli, sibling, spawn_gateway, taskset_available};
 
 /// How many requests and how long, from `HERMA_LOAD_SCALE` (1 = the published run).
 struct Plan {
@@ -44,85 +42,6 @@ impl Plan {
             stream_requests: ((300.0 * scale) as usize).max(20),
         }
     }
-}
-
-/// A gateway process under test.
-struct Gateway {
-    child: Child,
-    base: String,
-}
-
-impl Gateway {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn taskset_available() -> bool {
-    Command::new("taskset")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Starts `program args…` on core 0 (when `taskset` exists) and waits for the line naming its
-/// address (`… listening on http://ADDR`).
-fn spawn_gateway(program: &Path, args: &[&str], env: &[(&str, String)]) -> Result<Gateway> {
-    let mut cmd = if taskset_available() {
-        let mut c = Command::new("taskset");
-        c.arg("-c").arg("0").arg(program);
-        c
-    } else {
-        Command::new(program)
-    };
-    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", program.display()))?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .ok_or_else(|| format!("{} exited before listening", program.display()))?
-            .map_err(|e| e.to_string())?;
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    };
-    // Keep draining its output so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Gateway { child, base })
-}
-
-/// CPU time the process has spent, in nanoseconds (all threads).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum()
 }
 
 /// A `/proc/PID/status` memory field in MiB (`VmRSS`, `VmHWM`).
@@ -338,22 +257,6 @@ async fn rss_under_streams(
     Ok(rss)
 }
 
-fn run_cli(herma: &Path, args: &[&str], database: &str) -> Result<String> {
-    let out = Command::new(herma)
-        .args(args)
-        .env("HERMA_DATABASE_URL", database)
-        .env("HERMA_LOG", "warn")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "herma {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// A database with one key whose caller has 1,000 tier-1 rules, one shim and one direct rule.
 fn prepare_herma(herma: &Path, dir: &Path) -> Result<(String, String)> {
     let database = format!("sqlite://{}", dir.join("herma.db").display());
@@ -411,19 +314,6 @@ fn prepare_herma(herma: &Path, dir: &Path) -> Result<(String, String)> {
         &database,
     )?;
     Ok((database, key["key"].as_str().ok_or("no key")?.to_owned()))
-}
-
-fn sibling(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = exe.parent().ok_or("no exe dir")?.join(name);
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{} not found: cargo build --release -p herma-cli -p herma-bench",
-            path.display()
-        ))
-    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

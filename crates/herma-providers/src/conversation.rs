@@ -110,11 +110,6 @@ impl ConversationClient {
         }
     }
 
-    /// The exact request bytes this client would send for `request`.
-    pub fn body(&self, request: &ModelRequest) -> Vec<u8> {
-        providers::encode(&self.config, &Self::turn_request(request)).body
-    }
-
     fn failed(&self, report: DispatchReport, error: ProviderError) -> EventStream {
         self.set(report);
         Box::pin(futures_util::stream::iter([Err(error)]))

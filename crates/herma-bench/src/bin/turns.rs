@@ -12,107 +12,21 @@
 //! `postgres://postgres@127.0.0.1:5432/test`) answers `psql`; a scratch database is created and
 //! dropped. `HERMA_LOAD_SCALE` scales the turn counts.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use herma_bench::{Gateway, Result, cpu_ns, run_cli, sibling, spawn_gateway};
 
 use herma_mocks::mock_providers::{KEY, Kind, MockProvider};
 use serde_json::{Value, json};
 
-type Result<T> = std::result::Result<T, String>;
-
 /// Each key may start 60 turns an hour: the turns are spread over this many keys.
 const KEYS: usize = 40;
 
-struct Gateway {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn sibling(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = exe.parent().ok_or("no exe dir")?.join(name);
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{} not found: cargo build --release -p herma-cli -p herma-bench",
-            path.display()
-        ))
-    }
-}
-
-fn run_cli(herma: &Path, args: &[&str], database: &str) -> Result<String> {
-    let out = Command::new(herma)
-        .args(args)
-        .env("HERMA_DATABASE_URL", database)
-        .env("HERMA_LOG", "warn")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "herma {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 fn serve(herma: &Path, env: &[(String, String)]) -> Result<Gateway> {
-    let taskset = Command::new("taskset")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let mut cmd = if taskset {
-        let mut c = Command::new("taskset");
-        c.arg("-c").arg("0").arg(herma);
-        c
-    } else {
-        Command::new(herma)
-    };
-    cmd.args(["serve", "--bind", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .ok_or("herma exited before listening")?
-            .map_err(|e| e.to_string())?;
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Gateway { child, base })
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    spawn_gateway(herma, &["serve", "--bind", "127.0.0.1:0"], &env)
 }
 
 /// Keys with the contract, on `database`; returns the keys.
@@ -210,7 +124,7 @@ async fn measure(herma: &Path, database: &str, dir: &Path, turns: usize) -> Resu
     let mock = MockProvider::start(Kind::Meta).await;
     let keys = prepare(herma, dir, database)?;
     let gateway = serve(herma, &settings(database, &mock, &keys, "1000000"))?;
-    let pid = gateway.child.id();
+    let pid = gateway.pid();
     let client = reqwest::Client::new();
     let mut next = 0usize;
     let mut conversation = || {

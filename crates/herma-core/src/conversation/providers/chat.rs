@@ -14,9 +14,10 @@ use super::{
     Reply, TurnRequest, chat_messages, function_tools, insert_reasoning, insert_tools,
     merge_generation,
 };
-use crate::call::{StopReason, Usage};
+use crate::call::Usage;
 use crate::conversation::config::ProviderConfig;
 use crate::upstream::Provider;
+use crate::wire::chat::stop_reason;
 
 pub(super) fn encode(config: &ProviderConfig, request: &TurnRequest) -> Map<String, Value> {
     let mut body = Map::new();
@@ -75,16 +76,6 @@ pub(super) fn decode(body: &Value, provider: Provider) -> Read<Reply> {
         _ => None,
     };
     Ok(events.finish(stop, usage, opt_str(root, "model")?, reported_provider))
-}
-
-fn stop_reason(reason: &str) -> StopReason {
-    match reason {
-        "stop" => StopReason::EndTurn,
-        "length" => StopReason::MaxTokens,
-        "tool_calls" | "function_call" => StopReason::ToolUse,
-        "content_filter" => StopReason::Refusal,
-        other => StopReason::Other(other.to_owned()),
-    }
 }
 
 /// `prompt_tokens` counts cached tokens too; the neutral `input_tokens` does not.

@@ -12,8 +12,9 @@ use super::read::{
     shape, unspecified_stop,
 };
 use super::{Reply, TurnRequest, insert_tools, merge_generation};
-use crate::call::{StopReason, Usage};
+use crate::call::Usage;
 use crate::conversation::config::ProviderConfig;
+use crate::wire::messages::stop_reason;
 
 pub(super) fn encode(config: &ProviderConfig, request: &TurnRequest) -> Map<String, Value> {
     let mut body = Map::new();
@@ -75,17 +76,6 @@ pub(super) fn decode(body: &Value) -> Read<Reply> {
     let stop = opt_str(root, "stop_reason")?.map_or_else(unspecified_stop, stop_reason);
     let usage = opt_object(root, "usage")?.map(usage).transpose()?;
     Ok(events.finish(stop, usage, opt_str(root, "model")?, None))
-}
-
-fn stop_reason(reason: &str) -> StopReason {
-    match reason {
-        "end_turn" | "stop_sequence" => StopReason::EndTurn,
-        "max_tokens" => StopReason::MaxTokens,
-        "tool_use" => StopReason::ToolUse,
-        "refusal" => StopReason::Refusal,
-        "model_context_window_exceeded" => StopReason::ContextWindowExceeded,
-        other => StopReason::Other(other.to_owned()),
-    }
 }
 
 /// Anthropic's `input_tokens` already excludes the cache reads and writes.

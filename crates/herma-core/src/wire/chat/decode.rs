@@ -98,14 +98,19 @@ impl EventDecoder for Decoder {
                     arguments: call.arguments,
                 });
             }
-            emit(ModelEvent::Stop(match reason {
-                "stop" => StopReason::EndTurn,
-                "length" => StopReason::MaxTokens,
-                "tool_calls" | "function_call" => StopReason::ToolUse,
-                "content_filter" => StopReason::Refusal,
-                other => StopReason::Other(other.to_owned()),
-            }));
+            emit(ModelEvent::Stop(stop_reason(reason)));
         }
         Ok(Progress::Open)
+    }
+}
+
+/// A Chat Completions `finish_reason`, neutrally (streamed and whole replies alike).
+pub(crate) fn stop_reason(reason: &str) -> StopReason {
+    match reason {
+        "stop" => StopReason::EndTurn,
+        "length" => StopReason::MaxTokens,
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "content_filter" => StopReason::Refusal,
+        other => StopReason::Other(other.to_owned()),
     }
 }

@@ -6,6 +6,8 @@
 //! credential (OpenAI's, shared with Responses) and the support row are here.
 
 mod decode;
+
+pub(crate) use decode::stop_reason;
 mod direct;
 mod encode;
 mod read;

@@ -134,7 +134,8 @@ fn finish_block(block: Value, partial: String, emit: &mut dyn FnMut(ModelEvent))
     }
 }
 
-fn stop_reason(reason: &str) -> StopReason {
+/// An Anthropic `stop_reason`, neutrally (streamed and whole replies alike).
+pub(crate) fn stop_reason(reason: &str) -> StopReason {
     match reason {
         "end_turn" | "stop_sequence" => StopReason::EndTurn,
         "max_tokens" => StopReason::MaxTokens,

@@ -5,6 +5,8 @@
 //! credential and the support row are here.
 
 mod decode;
+
+pub(crate) use decode::stop_reason;
 mod direct;
 mod encode;
 mod read;
