@@ -25,6 +25,9 @@ use std::time::Duration;
 use herma_core::call::{Controls, Role, ToolChoice};
 use herma_core::conversation::config::{self, Pricing, ProviderConfig, Reservation};
 use herma_core::conversation::contract::{WorkContract, parse_work_contract};
+use herma_core::conversation::failover::{self, Failover, NextChoice, Permissions, StepEnd};
+use herma_core::conversation::grants::{GrantChoice, Grants};
+use herma_core::conversation::plan::{self, PlanEntry, ProviderPlan};
 use herma_core::conversation::providers::{AttemptOutcome, MAX_REQUEST_BYTES};
 use herma_core::conversation::turn::{
     self, Outcome, ProposedCall, TranscriptMessage, TurnBody, TurnContext,
@@ -219,9 +222,8 @@ impl App {
         }
         let scope = own_scope(principal)?.clone();
         body.validate()?;
-        let config = ProviderConfig::resolve(&conversation.env, body.provider)?;
         let grants = config::grants(&conversation.env)?;
-        let grant = grants.admit(&scope, &config.choice())?;
+        let route = self.route(principal, &scope, &grants, &body).await?;
         let caller_tokens = config::caller_tokens_per_hour(&conversation.env)?;
         let Some(governed) = self.governed.clone() else {
             return Err(Problem::new(
@@ -230,8 +232,10 @@ impl App {
             ));
         };
 
-        let named = self.named_context(principal, &body.context_refs).await?;
-        let fingerprint = turn::fingerprint(body.provider, &config.model, &named.context);
+        let named = self.named_context(principal, &route.model_refs).await?;
+        let mut kept = named.context.clone();
+        kept.extend(route.plan.as_ref().map(|plan| plan.context.clone()));
+        let fingerprint = turn::fingerprint(body.provider, &route.first_model, &kept);
         let existing = self
             .store
             .conversation(&scope, &body.conversation_id)
@@ -250,53 +254,40 @@ impl App {
             &transcript,
             &body.message,
         );
-        let client_request = herma_core::call::ModelRequest {
-            system: Some(input.system.clone()),
-            messages: input.messages.clone(),
-            tools: input.tools.clone(),
-            output: None,
-            controls: controls(&config, !input.tools.is_empty()),
-            call: None,
-        };
-        let request_bytes = herma_core::conversation::providers::encode(
-            &config,
-            &herma_core::conversation::providers::TurnRequest {
-                system: input.system.clone(),
-                messages: input.messages.clone(),
-                tools: input.tools.clone(),
-            },
-        )
-        .body
-        .len();
-        if request_bytes > MAX_REQUEST_BYTES {
-            return Err(Problem::new(
-                ProblemCode::PayloadTooLarge,
-                format!(
-                    "the model request this turn needs is {request_bytes} bytes, over the {MAX_REQUEST_BYTES}-byte limit; name fewer context entries or start a new conversation"
-                ),
-            ));
+        // Every usable choice's request is measured before anything is recorded.
+        let mut steps = Vec::with_capacity(route.choices.len());
+        for choice in route.choices {
+            steps.push(match choice {
+                Choice::Ready(config) => {
+                    let request_bytes = request_bytes(&config, &input);
+                    if request_bytes > MAX_REQUEST_BYTES {
+                        return Err(Problem::new(
+                            ProblemCode::PayloadTooLarge,
+                            format!(
+                                "the model request this turn needs for {} is {request_bytes} bytes, over the {MAX_REQUEST_BYTES}-byte limit; name fewer context entries or start a new conversation",
+                                config.provider.as_str()
+                            ),
+                        ));
+                    }
+                    let reservation = config.reservation(request_bytes as u64);
+                    Step::Ready {
+                        config,
+                        reservation,
+                        request_bytes,
+                    }
+                }
+                Choice::NotConfigured(choice) => Step::NotConfigured(choice),
+            });
         }
-        let reservation = config.reservation(request_bytes as u64);
         let now = self.clock.now();
-        let server_exception = json!({
-            "purpose": "caller-requested interactive proposal of one typed action",
-            "capability": "propose_typed_action: the caller asked in a typed conversation; Herma validates the proposal locally and never executes it",
-            "principal": principal_id(principal),
-            "scope": {
-                "caller": scope.as_str(),
-                "conversation_id": body.conversation_id,
-                "context_refs": body.context_refs,
-            },
-            "effect": "proposal_only",
-            "payer": "operator",
-            "grant": {"provider": config.provider.as_str(), "model": config.model, "routing_provider": config.routing_provider, "allow_uncertain_failover": grant.allow_uncertain_failover},
-            "destination": config.destination.url(),
-            "destination_overridden": config.destination.overridden,
-            "output_allowance_tokens": config.allowance,
-            "reservation": {"tokens": reservation.tokens, "usd_micros": reservation.micros, "input_bytes": request_bytes},
-            "timeout_ms": ATTEMPT_TIMEOUT.as_millis() as u64,
-            "retry_policy": "none: one request per attempt, never retried; an unfinished turn is sealed as provider_outcome_uncertain after two minutes",
-        });
+        let server_exception = server_exception(
+            principal,
+            &scope,
+            &body,
+            &route.grant,
+            route.plan.as_ref(),
+            &steps,
+        );
         let admitted = self
             .store
             .admit_turn(&AdmitTurn {
@@ -319,24 +310,234 @@ impl App {
             Admission::Refused(refusal) => return Err(refusal_problem(refusal)),
         };
 
-        let attempt = Attempt {
+        let run = TurnRun {
             scope: &scope,
             body: &body,
-            config: &config,
+            turn: &turn,
+            input: &input,
+            contracts: &named.contracts,
+            governed,
+            caller_tokens,
+        };
+        let mut attempts: Vec<Value> = Vec::new();
+        let mut uncertain_failover: Option<Value> = None;
+        let mut follows: Option<String> = None;
+        let mut last: Option<StepResult> = None;
+        for (i, step) in steps.iter().enumerate() {
+            let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            if n > 1 && !self.fence_held(&turn).await? {
+                // The sweeper sealed the turn (it outlived its two minutes): stop here.
+                break;
+            }
+            let result = self.step(&run, n, step, follows.take()).await?;
+            attempts.push(result.record.clone());
+            let next = steps.get(i + 1).map(|next| NextChoice {
+                independently_budgeted: result
+                    .denied_counter
+                    .as_deref()
+                    .is_none_or(|denied| !next.counters(&run, now).iter().any(|c| c == denied)),
+            });
+            let decision =
+                failover::after_step(StepEnd::Attempt(result.outcome), route.permissions, next);
+            let uncertain = matches!(
+                result.outcome,
+                AttemptOutcome::ProviderOutcomeUncertain | AttemptOutcome::ProviderInvalidResponse
+            );
+            if uncertain && next.is_some() && route.plan.is_some() {
+                let advanced = matches!(decision, Failover::Advance { .. });
+                uncertain_failover = Some(json!({
+                    "plan_allow_uncertain_outcome": route.permissions.allow_uncertain_outcome,
+                    "grant_allow_uncertain_failover": route.permissions.allow_uncertain_failover,
+                    "after_attempt_id": result.record["attempt_id"],
+                    "result": if advanced { "advanced" } else { "stopped" },
+                }));
+            }
+            let advance = match decision {
+                Failover::Advance { follows_uncertain } => {
+                    if follows_uncertain {
+                        follows = result.record["attempt_id"].as_str().map(str::to_owned);
+                    }
+                    true
+                }
+                Failover::Stop => false,
+            };
+            last = Some(result);
+            if !advance {
+                break;
+            }
+        }
+        let Some(last) = last else {
+            return Err(internal("a turn ended without an attempt"));
+        };
+        let server_exception = uncertain_failover.map(|record| {
+            let mut exception = turn.server_exception.clone();
+            exception["uncertain_failover"] = record;
+            exception
+        });
+        self.seal(
+            &turn,
+            &body,
+            last.answer,
+            attempts,
+            last.budget_denied,
+            server_exception,
+        )
+        .await
+    }
+
+    /// The choices a turn may use, in order: the one configured provider of a direct turn, or
+    /// the caller's plan (H17).
+    async fn route(
+        &self,
+        principal: &Principal,
+        scope: &CallerScope,
+        grants: &Grants,
+        body: &TurnBody,
+    ) -> Result<Route, Problem> {
+        let env = &self.settings.conversation.env;
+        let Some(plan_ref) = body.provider_plan_ref.as_deref() else {
+            let config = ProviderConfig::resolve(env, body.provider)?;
+            let grant = grants.admit(scope, &config.choice())?;
+            return Ok(Route {
+                first_model: config.model.clone(),
+                grant: json!({
+                    "provider": config.provider.as_str(),
+                    "model": config.model,
+                    "routing_provider": config.routing_provider,
+                    "allow_uncertain_failover": grant.allow_uncertain_failover,
+                }),
+                choices: vec![Choice::Ready(Box::new(config))],
+                permissions: Permissions::default(),
+                model_refs: body.context_refs.clone(),
+                plan: None,
+            });
+        };
+        let entry = match self
+            .get_record::<ContextEntrySpec>(principal, plan_ref)
+            .await
+        {
+            Ok(entry) => entry,
+            Err(problem) if problem.code == ProblemCode::NotFound => {
+                return Err(Problem::validation(vec![FieldError::new(
+                    "/provider_plan_ref",
+                    "names no context entry visible to this key",
+                )]));
+            }
+            Err(problem) => return Err(problem),
+        };
+        let planned = plan::admit_plan_turn(
+            scope,
+            grants,
+            body,
+            &PlanEntry {
+                id: &entry.spec.id,
+                owner: &entry.caller_scope,
+                kind: entry.spec.kind.as_str(),
+                schema_or_body: &entry.spec.schema_or_body,
+            },
+        )?;
+        let choices = planned
+            .plan
+            .choices
+            .iter()
+            .map(
+                |choice| match ProviderConfig::resolve(env, choice.provider) {
+                    Ok(config) if config.choice() == *choice => Choice::Ready(Box::new(config)),
+                    _ => Choice::NotConfigured(choice.clone()),
+                },
+            )
+            .collect();
+        let permissions = Permissions::of(&planned);
+        Ok(Route {
+            first_model: planned
+                .plan
+                .choices
+                .first()
+                .map(|c| c.model.clone())
+                .unwrap_or_default(),
+            grant: json!({
+                "choices": planned.plan.choices.iter().map(choice_json).collect::<Vec<_>>(),
+                "allow_uncertain_failover": planned.allow_uncertain_failover,
+            }),
+            choices,
+            permissions,
+            model_refs: planned.model_refs.clone(),
+            plan: Some(RoutePlan {
+                context: TurnContext {
+                    id: entry.spec.id.clone(),
+                    version: entry.version,
+                    title: entry.spec.title.clone(),
+                    body: entry.spec.schema_or_body.clone(),
+                },
+                plan: planned.plan,
+            }),
+        })
+    }
+
+    /// Whether the turn is still this request's to answer.
+    async fn fence_held(&self, turn: &TurnRecord) -> Result<bool, Problem> {
+        let stored = self
+            .store
+            .turn(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
+            .await
+            .map_err(internal)?;
+        Ok(stored.is_some_and(|t| t.status == TurnStatus::Active))
+    }
+
+    /// One step of a turn: a recorded skip, or an attempt.
+    async fn step(
+        &self,
+        run: &TurnRun<'_>,
+        n: u32,
+        step: &Step,
+        follows: Option<String>,
+    ) -> Result<StepResult, Problem> {
+        let (config, reservation, request_bytes) = match step {
+            Step::NotConfigured(choice) => {
+                let mut record = skip_record(run, n, choice);
+                record["outcome"] = json!(AttemptOutcome::ProviderNotConfigured.as_str());
+                self.put_attempt(run, n, &record, self.clock.now()).await?;
+                return Ok(StepResult::skip(
+                    record,
+                    AttemptOutcome::ProviderNotConfigured,
+                    format!(
+                        "the operator's configuration for {} is not this plan choice; no request was sent",
+                        choice.provider.as_str()
+                    ),
+                ));
+            }
+            Step::Ready {
+                config,
+                reservation,
+                request_bytes,
+            } => (config, *reservation, *request_bytes),
+        };
+        if self
+            .settings
+            .upstream
+            .disabled_providers
+            .contains(&config.provider)
+        {
+            let mut record = skip_record(run, n, &config.choice());
+            record["outcome"] = json!(AttemptOutcome::ProviderOperatorDisabled.as_str());
+            self.put_attempt(run, n, &record, self.clock.now()).await?;
+            return Ok(StepResult::skip(
+                record,
+                AttemptOutcome::ProviderOperatorDisabled,
+                format!(
+                    "the operator paused {}; no request was sent",
+                    config.provider.as_str()
+                ),
+            ));
+        }
+        let attempt = Attempt {
+            n,
+            config,
             reservation,
             request_bytes,
+            follows,
         };
-        let (outcome, attempt_record, budget_denied) = self
-            .attempt(
-                &attempt,
-                &named.contracts,
-                client_request,
-                governed,
-                caller_tokens,
-            )
-            .await?;
-        self.seal(&turn, &body, outcome, vec![attempt_record], budget_denied)
-            .await
+        self.attempt(run, &attempt).await
     }
 
     async fn named_context(
@@ -362,6 +563,18 @@ impl App {
                 }
                 Err(problem) => return Err(problem),
             };
+            if entry
+                .spec
+                .schema_or_body
+                .get(herma_core::conversation::plan::MEMBER)
+                .is_some()
+            {
+                errors.push(FieldError::new(
+                    format!("/context_refs/{i}"),
+                    "names a provider plan; name it as `provider_plan_ref` (a plan is never sent to a model)",
+                ));
+                continue;
+            }
             let context = TurnContext {
                 id: entry.spec.id.clone(),
                 version: entry.version,
@@ -403,16 +616,15 @@ impl App {
     /// call, the outcome.
     async fn attempt(
         &self,
+        run: &TurnRun<'_>,
         attempt: &Attempt<'_>,
-        contracts: &[WorkContract],
-        request: herma_core::call::ModelRequest,
-        governed: herma_store::governed::GovernedPorts,
-        caller_tokens: Option<u64>,
-    ) -> Result<(Outcome, Value, bool), Problem> {
+    ) -> Result<StepResult, Problem> {
         let config = attempt.config;
+        let n = attempt.n;
         let now = self.clock.now();
         let mut record = json!({
-            "attempt": 1,
+            "attempt": n,
+            "attempt_id": attempt_id(&run.body.request_id, n),
             "provider": config.provider.as_str(),
             "model": config.model,
             "routing_provider": config.routing_provider,
@@ -434,34 +646,33 @@ impl App {
             "upstream_http_status": Value::Null,
             "provider_diagnostics": Value::Null,
         });
-        self.put_attempt(attempt, &record, now).await?;
+        if let Some(follows) = &attempt.follows {
+            record["follows_uncertain_attempt_id"] = json!(follows);
+        }
+        self.put_attempt(run, n, &record, now).await?;
 
         // The credential, before anything is reserved.
         let Some(client) = ConversationClient::new(config.clone(), self.upstream.clone()) else {
             record["outcome"] = json!(AttemptOutcome::ProviderNotConfigured.as_str());
-            record["request_sent"] = json!(false);
-            self.put_attempt(attempt, &record, now).await?;
-            return Ok((
-                Outcome::blocked(
-                    AttemptOutcome::ProviderNotConfigured.as_str(),
-                    format!(
-                        "the operator has no key for {}; no request was sent",
-                        config.provider.as_str()
-                    ),
-                ),
+            self.put_attempt(run, n, &record, now).await?;
+            return Ok(StepResult::skip(
                 record,
-                false,
+                AttemptOutcome::ProviderNotConfigured,
+                format!(
+                    "the operator has no key for {}; no request was sent",
+                    config.provider.as_str()
+                ),
             ));
         };
 
         // The reservation: all or nothing, shared by every caller and process.
         record["reservation_status"] = json!("pending");
-        self.put_attempt(attempt, &record, now).await?;
+        self.put_attempt(run, n, &record, now).await?;
         let charges = charges(
-            attempt.scope,
+            run.scope,
             config,
             attempt.reservation,
-            caller_tokens,
+            run.caller_tokens,
             now,
         );
         match self.store.reserve(&charges).await {
@@ -483,15 +694,15 @@ impl App {
                 };
                 record["reservation_status"] = json!("denied");
                 record["outcome"] = json!(outcome.as_str());
-                self.put_attempt(attempt, &record, now).await?;
-                return Ok((
-                    Outcome::blocked(
-                        outcome.as_str(),
-                        format!("this turn's reservation would pass {what}; no request was sent"),
-                    ),
+                self.put_attempt(run, n, &record, now).await?;
+                let mut result = StepResult::skip(
                     record,
-                    true,
-                ));
+                    outcome,
+                    format!("this turn's reservation would pass {what}; no request was sent"),
+                );
+                result.budget_denied = true;
+                result.denied_counter = Some(counter);
+                return Ok(result);
             }
             Err(err) => {
                 // A failure inside the atomic reservation: whether it committed is unknown.
@@ -499,41 +710,44 @@ impl App {
                 record["outcome"] =
                     json!(AttemptOutcome::StorageOrCoordinationUnavailable.as_str());
                 tracing::error!(error = %err, "conversation reservation failed");
-                let _ = self.put_attempt(attempt, &record, now).await;
-                return Ok((
-                    Outcome::blocked(
-                        AttemptOutcome::StorageOrCoordinationUnavailable.as_str(),
-                        "the reservation could not be confirmed; no request was sent",
-                    ),
+                let _ = self.put_attempt(run, n, &record, now).await;
+                return Ok(StepResult::skip(
                     record,
-                    false,
+                    AttemptOutcome::StorageOrCoordinationUnavailable,
+                    "the reservation could not be confirmed; no request was sent".to_owned(),
                 ));
             }
         }
         record["request_sent"] = json!(true);
-        self.put_attempt(attempt, &record, now).await?;
+        self.put_attempt(run, n, &record, now).await?;
 
-        let run = self
-            .governed_call(attempt, request, governed, client.clone())
-            .await;
+        let governed_run = self.governed_call(run, attempt, client.clone()).await;
         let report = client.report();
-        let outcome = self.read_attempt(&mut record, run, report.as_ref(), contracts);
-        self.put_attempt(attempt, &record, self.clock.now()).await?;
-        Ok((outcome, record, false))
+        let (answer, outcome) =
+            self.read_attempt(&mut record, governed_run, report.as_ref(), run.contracts);
+        self.put_attempt(run, n, &record, self.clock.now()).await?;
+        Ok(StepResult {
+            answer,
+            record,
+            outcome,
+            budget_denied: false,
+            denied_counter: None,
+        })
     }
 
     async fn put_attempt(
         &self,
-        attempt: &Attempt<'_>,
+        run: &TurnRun<'_>,
+        n: u32,
         record: &Value,
         now: Timestamp,
     ) -> Result<(), Problem> {
         self.store
             .put_attempt(&AttemptRecord {
-                caller_scope: attempt.scope.clone(),
-                conversation_id: attempt.body.conversation_id.clone(),
-                request_id: attempt.body.request_id.clone(),
-                attempt: 1,
+                caller_scope: run.scope.clone(),
+                conversation_id: run.body.conversation_id.clone(),
+                request_id: run.body.request_id.clone(),
+                attempt: n,
                 record: record.clone(),
                 updated_at: now,
             })
@@ -541,23 +755,31 @@ impl App {
             .map_err(internal)
     }
 
-    /// The one governed step call of an attempt, under the turn's root.
+    /// The one governed step call of an attempt, under its own root in the turn, never past
+    /// the turn's sealing boundary.
     async fn governed_call(
         &self,
+        run: &TurnRun<'_>,
         attempt: &Attempt<'_>,
-        request: herma_core::call::ModelRequest,
-        governed: herma_store::governed::GovernedPorts,
         client: Arc<ConversationClient>,
     ) -> Result<herma_governed::RunOutcome, herma_governed::GovernedError> {
         let config = attempt.config;
-        let scope = attempt.scope;
-        let body = attempt.body;
+        let scope = run.scope;
+        let body = run.body;
+        let governed = run.governed.clone();
+        let request = run.request(config);
         let now = self.clock.now();
-        let root_key = digest_key(
-            "turn",
-            &[scope.as_str(), &body.conversation_id, &body.request_id],
-        );
-        let deadline = now.plus_millis(ATTEMPT_TIMEOUT.as_millis() as i64);
+        let mut root_parts = vec![scope.as_str(), &body.conversation_id, &body.request_id];
+        let n = attempt.n.to_string();
+        if attempt.n > 1 {
+            root_parts.push(&n);
+        }
+        let root_key = digest_key("turn", &root_parts);
+        // Never past the turn's boundary: the sweeper seals it two minutes after admission.
+        let boundary = run.turn.created_at.plus_millis(SEAL_AFTER_MS - 5_000);
+        let left = u64::try_from(boundary.as_millis() - now.as_millis()).unwrap_or(0);
+        let timeout = ATTEMPT_TIMEOUT.min(Duration::from_millis(left.max(1)));
+        let deadline = now.plus_millis(timeout.as_millis() as i64);
         governed
             .trees
             .open_root(&RootRecord {
@@ -576,7 +798,7 @@ impl App {
             .map_err(herma_governed::GovernedError::from)?;
         let mut step = StepConfig::new(governed, client);
         step.clock = self.clock.clone();
-        step.run_timeout = ATTEMPT_TIMEOUT;
+        step.run_timeout = timeout;
         step.max_request_chars = MAX_REQUEST_BYTES * 4;
         step.consumers = vec!["herma.conversations".to_owned()];
         step.caps = Caps {
@@ -599,7 +821,7 @@ impl App {
                 call: OperationCallInput {
                     scope: scope.clone(),
                     root_key: root_key.clone(),
-                    operation_key: format!("{root_key}-a1"),
+                    operation_key: format!("{root_key}-a{}", attempt.n),
                     session_id: digest_key("conversation", &[scope.as_str(), &body.conversation_id]),
                     intent: "propose_typed_action".to_owned(),
                     input_revision: digest_key("input", &[&body.input_digest()]),
@@ -630,7 +852,7 @@ impl App {
         run: Result<herma_governed::RunOutcome, herma_governed::GovernedError>,
         report: Option<&DispatchReport>,
         contracts: &[WorkContract],
-    ) -> Outcome {
+    ) -> (Outcome, AttemptOutcome) {
         if let Some(report) = report {
             record["upstream_http_status"] = json!(report.http_status);
             record["reported_model"] = json!(report.reported_model);
@@ -647,7 +869,7 @@ impl App {
                     .map(|r| r.outcome)
                     .unwrap_or(AttemptOutcome::ProviderOutcomeUncertain);
                 record["outcome"] = json!(outcome.as_str());
-                return blocked_by(outcome);
+                return (blocked_by(outcome), outcome);
             }
         };
         if let Some(charge) = &run.view.receipt {
@@ -673,23 +895,32 @@ impl App {
                         },
                     })
                     .collect();
-                turn::interpret(contracts, &step.text, &calls)
+                (
+                    turn::interpret(contracts, &step.text, &calls),
+                    AttemptOutcome::Completed,
+                )
             }
             (Some(AttemptOutcome::Completed), _) if run.invalid_reason.is_some() => {
                 record["outcome"] = json!(AttemptOutcome::Completed.as_str());
                 record["invalid_reason"] = json!(format!("{:?}", run.invalid_reason));
-                Outcome::blocked(
-                    "unknown_operation",
-                    "The model's answer was not a proposal Herma can read (an unknown function or malformed output).",
+                (
+                    Outcome::blocked(
+                        "unknown_operation",
+                        "The model's answer was not a proposal Herma can read (an unknown function or malformed output).",
+                    ),
+                    AttemptOutcome::Completed,
                 )
             }
             (Some(outcome), _) => {
                 record["outcome"] = json!(outcome.as_str());
-                blocked_by(outcome)
+                (blocked_by(outcome), outcome)
             }
             (None, _) => {
                 record["outcome"] = json!(AttemptOutcome::ProviderOutcomeUncertain.as_str());
-                blocked_by(AttemptOutcome::ProviderOutcomeUncertain)
+                (
+                    blocked_by(AttemptOutcome::ProviderOutcomeUncertain),
+                    AttemptOutcome::ProviderOutcomeUncertain,
+                )
             }
         }
     }
@@ -702,6 +933,7 @@ impl App {
         outcome: Outcome,
         attempts: Vec<Value>,
         budget_denied: bool,
+        server_exception: Option<Value>,
     ) -> Result<TurnAnswer, Problem> {
         let answer = answer_of(turn, &outcome, attempts);
         let transcript_append = vec![
@@ -727,6 +959,7 @@ impl App {
                 },
                 response: answer.clone(),
                 transcript_append,
+                server_exception,
                 now: self.clock.now(),
             })
             .await
@@ -868,6 +1101,7 @@ impl App {
                     role: Role::Assistant,
                     text: outcome.transcript_text(),
                 })],
+                server_exception: None,
                 now,
             })
             .await
@@ -875,13 +1109,235 @@ impl App {
     }
 }
 
-/// One attempt's fixed inputs.
-struct Attempt<'a> {
+/// What a turn's steps share.
+struct TurnRun<'a> {
     scope: &'a CallerScope,
     body: &'a TurnBody,
+    turn: &'a TurnRecord,
+    input: &'a turn::ModelInput,
+    contracts: &'a [WorkContract],
+    governed: herma_store::governed::GovernedPorts,
+    caller_tokens: Option<u64>,
+}
+
+impl TurnRun<'_> {
+    /// The model request of this turn for one provider.
+    fn request(&self, config: &ProviderConfig) -> herma_core::call::ModelRequest {
+        herma_core::call::ModelRequest {
+            system: Some(self.input.system.clone()),
+            messages: self.input.messages.clone(),
+            tools: self.input.tools.clone(),
+            output: None,
+            controls: controls(config, !self.input.tools.is_empty()),
+            call: None,
+        }
+    }
+}
+
+/// The choices a turn may use and what governs moving between them.
+struct Route {
+    choices: Vec<Choice>,
+    permissions: Permissions,
+    /// The entries a model may be sent (never the plan).
+    model_refs: Vec<String>,
+    /// The first choice's model: what the conversation's fingerprint keeps.
+    first_model: String,
+    /// The caller's own grant as the turn's record states it.
+    grant: Value,
+    plan: Option<RoutePlan>,
+}
+
+struct RoutePlan {
+    plan: ProviderPlan,
+    /// The plan entry: its version and content join the fingerprint.
+    context: TurnContext,
+}
+
+enum Choice {
+    Ready(Box<ProviderConfig>),
+    /// A plan choice the operator's configuration does not resolve to.
+    NotConfigured(GrantChoice),
+}
+
+/// A choice, measured.
+enum Step {
+    Ready {
+        config: Box<ProviderConfig>,
+        reservation: Reservation,
+        request_bytes: usize,
+    },
+    NotConfigured(GrantChoice),
+}
+
+impl Step {
+    /// The ledger counters this step would charge.
+    fn counters(&self, run: &TurnRun<'_>, now: Timestamp) -> Vec<String> {
+        match self {
+            Step::Ready {
+                config,
+                reservation,
+                ..
+            } => charges(run.scope, config, *reservation, run.caller_tokens, now)
+                .into_iter()
+                .map(|c| c.counter)
+                .collect(),
+            Step::NotConfigured(_) => Vec::new(),
+        }
+    }
+}
+
+/// One attempt's fixed inputs.
+struct Attempt<'a> {
+    n: u32,
     config: &'a ProviderConfig,
     reservation: Reservation,
     request_bytes: usize,
+    /// The uncertain attempt this one follows (both halves of the uncertainty grant allowed it).
+    follows: Option<String>,
+}
+
+/// How a step ended.
+struct StepResult {
+    /// The turn's answer if the turn stops here.
+    answer: Outcome,
+    record: Value,
+    outcome: AttemptOutcome,
+    /// A ceiling refused the reservation (the transport answers 429 if the turn stops here).
+    budget_denied: bool,
+    /// The ledger counter that refused.
+    denied_counter: Option<String>,
+}
+
+impl StepResult {
+    /// A step that sent nothing.
+    fn skip(record: Value, outcome: AttemptOutcome, message: String) -> Self {
+        Self {
+            answer: Outcome::blocked(outcome.as_str(), message),
+            record,
+            outcome,
+            budget_denied: false,
+            denied_counter: None,
+        }
+    }
+}
+
+fn attempt_id(request_id: &str, n: u32) -> String {
+    format!("{request_id}#{n}")
+}
+
+fn choice_json(choice: &GrantChoice) -> Value {
+    json!({
+        "provider": choice.provider.as_str(),
+        "model": choice.model,
+        "routing_provider": choice.routing_provider,
+    })
+}
+
+/// The record of a step that sent nothing: a plan choice the operator's configuration does not
+/// match, or a paused provider.
+fn skip_record(run: &TurnRun<'_>, n: u32, choice: &GrantChoice) -> Value {
+    json!({
+        "attempt": n,
+        "attempt_id": attempt_id(&run.body.request_id, n),
+        "provider": choice.provider.as_str(),
+        "model": choice.model,
+        "routing_provider": choice.routing_provider,
+        "payer": "operator",
+        "reservation_status": "not_reserved",
+        "reserved_tokens": 0,
+        "request_sent": false,
+        "outcome": Value::Null,
+        "usage": Value::Null,
+    })
+}
+
+/// The compact bytes of one provider's request for `input`: what the 32 KiB bound and the
+/// reservation count.
+fn request_bytes(config: &ProviderConfig, input: &turn::ModelInput) -> usize {
+    herma_core::conversation::providers::encode(
+        config,
+        &herma_core::conversation::providers::TurnRequest {
+            system: input.system.clone(),
+            messages: input.messages.clone(),
+            tools: input.tools.clone(),
+        },
+    )
+    .body
+    .len()
+}
+
+/// The turn's private authorization record: why an operator-funded request may be made, for
+/// whom, to where, within what.
+fn server_exception(
+    principal: &Principal,
+    scope: &CallerScope,
+    body: &TurnBody,
+    grant: &Value,
+    plan: Option<&RoutePlan>,
+    steps: &[Step],
+) -> Value {
+    let choices: Vec<Value> = steps
+        .iter()
+        .map(|step| match step {
+            Step::Ready {
+                config,
+                reservation,
+                request_bytes,
+            } => json!({
+                "provider": config.provider.as_str(),
+                "model": config.model,
+                "routing_provider": config.routing_provider,
+                "destination": config.destination.url(),
+                "destination_overridden": config.destination.overridden,
+                "output_allowance_tokens": config.allowance,
+                "reservation": {"tokens": reservation.tokens, "usd_micros": reservation.micros, "input_bytes": request_bytes},
+            }),
+            Step::NotConfigured(choice) => {
+                let mut value = choice_json(choice);
+                value["configured"] = json!(false);
+                value
+            }
+        })
+        .collect();
+    let mut exception = json!({
+        "purpose": "caller-requested interactive proposal of one typed action",
+        "capability": "propose_typed_action: the caller asked in a typed conversation; Herma validates the proposal locally and never executes it",
+        "principal": principal_id(principal),
+        "scope": {
+            "caller": scope.as_str(),
+            "conversation_id": body.conversation_id,
+            "context_refs": body.context_refs,
+        },
+        "effect": "proposal_only",
+        "payer": "operator",
+        "grant": grant,
+        "timeout_ms": ATTEMPT_TIMEOUT.as_millis() as u64,
+        "retry_policy": "none: one request per attempt, never retried; an unfinished turn is sealed as provider_outcome_uncertain after two minutes",
+    });
+    if let (Some(first), [_]) = (choices.first(), steps) {
+        // A direct turn: its one choice, as part 1 recorded it.
+        for member in [
+            "destination",
+            "destination_overridden",
+            "output_allowance_tokens",
+            "reservation",
+        ] {
+            exception[member] = first[member].clone();
+        }
+    } else {
+        exception["choices"] = json!(choices);
+    }
+    if let Some(plan) = plan {
+        exception["provider_plan"] = json!({
+            "ref": plan.context.id,
+            "version": plan.context.version,
+            "allow_failover": plan.plan.allow_failover,
+            "allow_uncertain_outcome": plan.plan.allow_uncertain_outcome,
+            "allow_recovery_probe": plan.plan.allow_recovery_probe,
+        });
+        exception["choices"] = json!(choices);
+    }
+    exception
 }
 
 fn controls(config: &ProviderConfig, tools: bool) -> Controls {

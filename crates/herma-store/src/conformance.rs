@@ -65,6 +65,7 @@ macro_rules! store_conformance_tests {
             hourly_turns_are_limited_and_a_new_conversation_does_not_reset_them,
             a_refused_admission_writes_nothing,
             sealing_twice_is_refused_the_second_time,
+            a_seal_may_replace_the_server_exception_and_otherwise_keeps_it,
             unfinished_turns_are_the_active_ones_admitted_before_the_cutoff_oldest_first,
             conversations_are_partitioned_by_caller_scope,
             reservations_are_all_or_nothing_and_releases_stop_at_zero,

@@ -72,6 +72,7 @@ fn seal(scope: &CallerScope, conversation: &str, request: &str, now: i64) -> Sea
         answer_class: AnswerClass::Answered,
         response: json!({"status": "ready", "request_id": request, "ü": [1, 2]}),
         transcript_append: vec![message(request), outcome(request)],
+        server_exception: None,
         now: at(now),
     }
 }
@@ -795,6 +796,28 @@ pub async fn sealing_twice_is_refused_the_second_time(store: Arc<dyn Store>) {
             .unwrap()
     );
     assert_eq!(counters(&store, &scope).await, [2, 1, 2]);
+}
+
+pub async fn a_seal_may_replace_the_server_exception_and_otherwise_keeps_it(store: Arc<dyn Store>) {
+    let scope = fresh_scope();
+    let first = admit(&scope, "c1", "r1", 0, 1);
+    admitted(store.admit_turn(&first).await.unwrap());
+    assert!(store.seal_turn(&seal(&scope, "c1", "r1", 2)).await.unwrap());
+    let kept = store.turn(&scope, "c1", "r1").await.unwrap().unwrap();
+    assert_eq!(kept.server_exception, first.server_exception);
+
+    admitted(
+        store
+            .admit_turn(&admit(&scope, "c1", "r2", 1, 3))
+            .await
+            .unwrap(),
+    );
+    let mut ended = seal(&scope, "c1", "r2", 4);
+    let replaced = json!({"purpose": "p", "uncertain_failover": {"result": "advanced"}});
+    ended.server_exception = Some(replaced.clone());
+    assert!(store.seal_turn(&ended).await.unwrap());
+    let turn = store.turn(&scope, "c1", "r2").await.unwrap().unwrap();
+    assert_eq!(turn.server_exception, replaced);
 }
 
 pub async fn unfinished_turns_are_the_active_ones_admitted_before_the_cutoff_oldest_first(

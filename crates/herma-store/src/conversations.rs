@@ -232,6 +232,9 @@ pub struct SealTurn {
     pub response: Value,
     /// Messages appended to the transcript (the caller's message and the outcome).
     pub transcript_append: Vec<Value>,
+    /// The turn's private authorization record as it ended, when the turn added to it (an
+    /// uncertain failover); `None` keeps the admission's record.
+    pub server_exception: Option<Value>,
     pub now: Timestamp,
 }
 

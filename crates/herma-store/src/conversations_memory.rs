@@ -153,6 +153,9 @@ impl ConversationTables {
             turn.answer_class = Some(seal.answer_class);
             turn.response = Some(seal.response.clone());
             turn.sealed_at = Some(seal.now);
+            if let Some(exception) = &seal.server_exception {
+                turn.server_exception = exception.clone();
+            }
         }
         self.release(&[LedgerCharge {
             counter: active_turns_counter(&seal.caller_scope),

@@ -39,7 +39,8 @@ pub struct TurnBody {
     pub context_refs: Vec<String>,
     /// `meta`, `ollama`, `openai`, `anthropic` or `openrouter`.
     pub provider: Provider,
-    /// A provider plan (a later release): refused for now.
+    /// The caller's provider plan (`super::plan`): a context entry also listed in
+    /// `context_refs`, whose first choice is `provider`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_plan_ref: Option<String>,
 }
@@ -78,11 +79,8 @@ impl TurnBody {
                 v.push(&format!("/context_refs/{i}"), "is listed twice");
             }
         }
-        if self.provider_plan_ref.is_some() {
-            v.push(
-                "/provider_plan_ref",
-                "provider plans are not available on this server yet; name one `provider`",
-            );
+        if let Some(problem) = self.provider_plan_ref.as_deref().and_then(id_problem) {
+            v.push("/provider_plan_ref", problem);
         }
         if v.0.is_empty() {
             Ok(())
@@ -464,7 +462,7 @@ mod tests {
             message: " ".into(),
             context_refs: vec!["a".into(), "a".into()],
             provider: Provider::Meta,
-            provider_plan_ref: Some("plan".into()),
+            provider_plan_ref: Some("plan 1".into()),
         };
         let err = body.validate().unwrap_err();
         let pointers: Vec<&str> = err.errors.iter().map(|e| e.pointer.as_str()).collect();

@@ -27,9 +27,10 @@ macro_rules! both {
         }
     };
 }
+pub(crate) use both;
 
 /// The contract every test names.
-fn contract() -> Value {
+pub(crate) fn contract() -> Value {
     json!({
         "id": "work.review",
         "kind": "verb",
@@ -51,7 +52,7 @@ fn contract() -> Value {
     })
 }
 
-fn provider_name(kind: Kind) -> &'static str {
+pub(crate) fn provider_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Meta => "meta",
         Kind::Ollama => "ollama",
@@ -62,7 +63,7 @@ fn provider_name(kind: Kind) -> &'static str {
 }
 
 /// The operator settings that make `kind` usable through `mock`, granted to `key_ids`.
-fn settings(
+pub(crate) fn settings(
     kind: Kind,
     mock: &MockProvider,
     key_ids: &[&str],
@@ -196,7 +197,7 @@ async fn turn(s: &Setup, body: Value) -> (StatusCode, reqwest::header::HeaderMap
         .await
 }
 
-fn review_call() -> Answer {
+pub(crate) fn review_call() -> Answer {
     Answer::ToolCall {
         name: "schedule_review".into(),
         arguments: json!({"document": "spec.md", "days": 3}),

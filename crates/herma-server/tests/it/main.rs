@@ -5,6 +5,7 @@
 
 mod admin;
 mod bad_input;
+mod conversation_plans;
 mod conversations;
 mod docs;
 mod gate;

@@ -296,16 +296,19 @@ impl<B: Backend> ConversationStore for SqlStore<B> {
     }
 
     async fn seal_turn(&self, seal: &SealTurn) -> StoreResult<bool> {
+        let exception = seal.server_exception.as_ref().map(to_json).transpose()?;
         let mut tx = self.db.begin().await?;
         let sealed = B::query(
             "UPDATE conversation_turns
-             SET status = 'sealed', answer_class = ?, response = ?, sealed_at = ?
+             SET status = 'sealed', answer_class = ?, response = ?, sealed_at = ?,
+                 server_exception = COALESCE(?, server_exception)
              WHERE caller_scope = ? AND conversation_id = ? AND request_id = ?
                AND status = 'active'",
         )
         .bind(seal.answer_class.as_str())
         .bind(to_json(&seal.response)?)
         .bind(seal.now.as_millis())
+        .bind(exception.as_deref())
         .bind(seal.caller_scope.as_str())
         .bind(&seal.conversation_id)
         .bind(&seal.request_id);
