@@ -27,6 +27,9 @@ use herma_core::conversation::config::{self, Pricing, ProviderConfig, Reservatio
 use herma_core::conversation::contract::{WorkContract, parse_work_contract};
 use herma_core::conversation::failover::{self, Failover, NextChoice, Permissions, StepEnd};
 use herma_core::conversation::grants::{GrantChoice, Grants};
+use herma_core::conversation::health::{
+    self, Finished, Gate, HealthScope, Recovery, Resources, SkipReason,
+};
 use herma_core::conversation::plan::{self, PlanEntry, ProviderPlan};
 use herma_core::conversation::providers::{AttemptOutcome, MAX_REQUEST_BYTES};
 use herma_core::conversation::turn::{
@@ -42,8 +45,8 @@ use herma_governed::{
 };
 use herma_providers::conversation::{ConversationClient, DispatchReport};
 use herma_store::conversations::{
-    Admission, AdmitTurn, AnswerClass, AttemptRecord, LedgerCharge, Refusal, Reserved, SealTurn,
-    TurnLimits, TurnRecord, TurnStatus,
+    Admission, AdmitTurn, AnswerClass, AttemptRecord, LedgerCharge, ProbeReservation, Refusal,
+    Reserved, SealTurn, TurnLimits, TurnRecord, TurnStatus,
 };
 use herma_store::governed::{RootRecord, RootStatus};
 use serde_json::{Value, json};
@@ -318,6 +321,13 @@ impl App {
             contracts: &named.contracts,
             governed,
             caller_tokens,
+            recovery: Recovery {
+                allow_probe: route
+                    .plan
+                    .as_ref()
+                    .is_none_or(|plan| plan.plan.allow_recovery_probe),
+                uncertain: route.permissions.uncertain_failover(),
+            },
         };
         let mut attempts: Vec<Value> = Vec::new();
         let mut uncertain_failover: Option<Value> = None;
@@ -665,7 +675,30 @@ impl App {
             ));
         };
 
-        // The reservation: all or nothing, shared by every caller and process.
+        // Shared provider health: a recorded skip, a recovery probe, or clear.
+        let resources = Resources::of(config.provider, &config.account, &config.model);
+        let records = match self.store.health(&resources.all()).await {
+            Ok(records) => records,
+            Err(err) => return self.coordination_failed(run, n, record, err, now).await,
+        };
+        let probed = match health::gate(&records, &resources, now, run.recovery) {
+            Gate::Clear => None,
+            Gate::Skip(skip) => return self.health_skip(run, n, record, &skip, now).await,
+            Gate::ExpireProbe {
+                probe_id,
+                record: replaced,
+                skip,
+            } => {
+                if let Err(err) = self.store.expire_probe(&probe_id, &replaced).await {
+                    return self.coordination_failed(run, n, record, err, now).await;
+                }
+                return self.health_skip(run, n, record, &skip, now).await;
+            }
+            Gate::Probe { resource } => Some(resource),
+        };
+
+        // The reservation: all or nothing, shared by every caller and process; a recovery
+        // probe takes its resource's lease in the same transaction.
         record["reservation_status"] = json!("pending");
         self.put_attempt(run, n, &record, now).await?;
         let charges = charges(
@@ -675,7 +708,54 @@ impl App {
             run.caller_tokens,
             now,
         );
-        match self.store.reserve(&charges).await {
+        let reserved = match &probed {
+            None => self.store.reserve(&charges).await,
+            Some(resource) => {
+                let probe_id = digest_key(
+                    "probe",
+                    &[
+                        run.scope.as_str(),
+                        &run.body.conversation_id,
+                        &attempt_id(&run.body.request_id, n),
+                    ],
+                );
+                let lease_until = now.plus_millis(health::PROBE_LEASE_MS);
+                match self
+                    .store
+                    .reserve_probe(resource, &probe_id, lease_until, now, &charges)
+                    .await
+                {
+                    Ok(ProbeReservation::Admitted) => {
+                        record["recovery_probe"] = json!(true);
+                        Ok(Reserved::All)
+                    }
+                    Ok(ProbeReservation::Denied { counter }) => Ok(Reserved::Denied { counter }),
+                    Ok(ProbeReservation::NotLimited) => self.store.reserve(&charges).await,
+                    Ok(ProbeReservation::Held { until }) => {
+                        record["reservation_status"] = json!("not_reserved");
+                        let skip = health::Skip {
+                            outcome: AttemptOutcome::ProviderUnavailable,
+                            reason: SkipReason::ProbeInFlight,
+                            scope: if resource.starts_with("account:") {
+                                HealthScope::Account
+                            } else {
+                                HealthScope::Route
+                            },
+                            condition: records
+                                .iter()
+                                .find(|r| &r.resource == resource)
+                                .map(|r| r.condition.clone())
+                                .unwrap_or_default(),
+                            next_eligible_at: until,
+                        };
+                        return self.health_skip(run, n, record, &skip, now).await;
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        };
+        let probed = probed.filter(|_| record.get("recovery_probe").is_some());
+        match reserved {
             Ok(Reserved::All) => {
                 record["reservation_status"] = json!("reserved");
                 record["reserved_tokens"] = json!(attempt.reservation.tokens);
@@ -725,6 +805,22 @@ impl App {
         let report = client.report();
         let (answer, outcome) =
             self.read_attempt(&mut record, governed_run, report.as_ref(), run.contracts);
+        let finished = Finished {
+            provider: config.provider,
+            model: &config.model,
+            outcome,
+            diagnostics: report.as_ref().and_then(|r| r.diagnostics.as_ref()),
+            guidance: report.as_ref().map_or(&[], |r| r.guidance.as_slice()),
+            started_at: now,
+            now: self.clock.now(),
+            probed: probed.as_deref(),
+        };
+        let settlement = health::settle(&finished, &resources, &records);
+        if let Err(err) = self.settle_health(&settlement, now).await {
+            // The call's result stands; the failed write is recorded for the operator.
+            tracing::error!(error = %err, "a conversation attempt's health update failed");
+            record["health_settlement"] = json!("failed");
+        }
         self.put_attempt(run, n, &record, self.clock.now()).await?;
         Ok(StepResult {
             answer,
@@ -733,6 +829,77 @@ impl App {
             budget_denied: false,
             denied_counter: None,
         })
+    }
+
+    /// A recorded skip of shared health: nothing reserved, nothing sent.
+    async fn health_skip(
+        &self,
+        run: &TurnRun<'_>,
+        n: u32,
+        mut record: Value,
+        skip: &health::Skip,
+        now: Timestamp,
+    ) -> Result<StepResult, Problem> {
+        record["outcome"] = json!(skip.outcome.as_str());
+        record["skip"] = json!(skip.reason.as_str());
+        record["next_eligible_at"] = json!(skip.next_eligible_at);
+        record["provider_health"] = json!({
+            "scope": skip.scope.as_str(),
+            "condition": skip.condition,
+        });
+        self.put_attempt(run, n, &record, now).await?;
+        let message = format!(
+            "{} is {} ({}); no request was sent; eligible again at {}",
+            record["provider"].as_str().unwrap_or("the provider"),
+            match skip.reason {
+                SkipReason::IdentityHeld =>
+                    "held: another route to this upstream model met a limit",
+                SkipReason::ProbeInFlight => "being probed by another request after a limit",
+                SkipReason::ProbeExpired => "cooling down after a recovery probe went unanswered",
+                SkipReason::RecoveryPaused => "limited and the plan paused recovery",
+                SkipReason::UncertainRecoveryNotGranted => {
+                    "limited after an unknown outcome, and recovery needs both halves of the uncertainty grant"
+                }
+                SkipReason::Cooldown => "cooling down after a limit",
+            },
+            skip.condition,
+            skip.next_eligible_at.to_rfc3339(),
+        );
+        Ok(StepResult::skip(record, skip.outcome, message))
+    }
+
+    /// A storage failure while coordinating an attempt: recorded, and the turn stops.
+    async fn coordination_failed(
+        &self,
+        run: &TurnRun<'_>,
+        n: u32,
+        mut record: Value,
+        err: herma_store::StoreError,
+        now: Timestamp,
+    ) -> Result<StepResult, Problem> {
+        tracing::error!(error = %err, "conversation coordination failed");
+        let outcome = AttemptOutcome::StorageOrCoordinationUnavailable;
+        record["outcome"] = json!(outcome.as_str());
+        let _ = self.put_attempt(run, n, &record, now).await;
+        Ok(StepResult::skip(
+            record,
+            outcome,
+            "provider health could not be read; no request was sent".to_owned(),
+        ))
+    }
+
+    async fn settle_health(
+        &self,
+        settlement: &health::Settlement,
+        started_at: Timestamp,
+    ) -> Result<(), herma_store::StoreError> {
+        for limit in &settlement.limits {
+            self.store.limit(limit).await?;
+        }
+        for resource in &settlement.clears {
+            self.store.clear_health(resource, started_at).await?;
+        }
+        Ok(())
     }
 
     async fn put_attempt(
@@ -1118,6 +1285,7 @@ struct TurnRun<'a> {
     contracts: &'a [WorkContract],
     governed: herma_store::governed::GovernedPorts,
     caller_tokens: Option<u64>,
+    recovery: Recovery,
 }
 
 impl TurnRun<'_> {

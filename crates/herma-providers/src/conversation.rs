@@ -15,6 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use herma_core::call::{ModelEvent, ModelRequest, Unsupported};
 use herma_core::conversation::config::ProviderConfig;
+use herma_core::conversation::cooldown;
 use herma_core::conversation::providers::{
     self, AttemptOutcome, CredentialStyle, MAX_RESPONSE_BYTES, ProviderDiagnostics, Reply,
     TurnRequest,
@@ -32,6 +33,9 @@ pub struct DispatchReport {
     pub http_status: Option<u16>,
     pub diagnostics: Option<ProviderDiagnostics>,
     pub retry_after_seconds: Option<u64>,
+    /// The reply's cooldown guidance headers (`Retry-After`, reset headers), for shared health
+    /// only: never recorded as text.
+    pub guidance: Vec<(String, String)>,
     pub reported_model: Option<String>,
     pub reported_provider: Option<String>,
     /// Why the outcome is uncertain or invalid, as a fixed phrase.
@@ -45,6 +49,7 @@ impl DispatchReport {
             http_status,
             diagnostics: None,
             retry_after_seconds: None,
+            guidance: Vec::new(),
             reported_model: None,
             reported_provider: None,
             reason: None,
@@ -283,6 +288,11 @@ impl ModelClient for ConversationClient {
                 let mut report = DispatchReport::new(outcome, Some(status));
                 report.diagnostics = Some(diagnostics);
                 report.retry_after_seconds = retry_after_seconds;
+                report.guidance = header_pairs
+                    .iter()
+                    .filter(|(name, _)| cooldown::is_guidance_header(name))
+                    .cloned()
+                    .collect();
                 self.set(report);
                 let items: Vec<Result<ModelEvent, ProviderError>> = reference
                     .map(|r| Ok(ModelEvent::Reference(r)))

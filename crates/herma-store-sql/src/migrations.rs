@@ -23,11 +23,18 @@ pub struct Migration {
 /// The migrations written once for every engine, in DDL tokens, in order; they run after the
 /// backend's own. The next is `migrations/0008_<name>.sql`, listed as
 /// `Migration { version: 8, name: "<name>", sql: include_str!("../migrations/0008_<name>.sql") }`.
-pub const SHARED_MIGRATIONS: &[Migration] = &[Migration {
-    version: 7,
-    name: "conversations",
-    sql: include_str!("../migrations/0007_conversations.sql"),
-}];
+pub const SHARED_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 7,
+        name: "conversations",
+        sql: include_str!("../migrations/0007_conversations.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "provider_health",
+        sql: include_str!("../migrations/0008_provider_health.sql"),
+    },
+];
 
 /// How one engine spells the DDL tokens of a shared migration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -72,6 +72,10 @@ macro_rules! store_conformance_tests {
             sixty_four_concurrent_reservations_stop_exactly_at_the_ceiling,
             concurrent_admissions_never_exceed_the_active_limit,
             concurrent_first_turns_of_one_conversation_admit_one,
+            health_limits_replace_only_older_ones_and_stale_successes_keep_them,
+            one_recovery_probe_per_resource_and_never_without_its_allowance,
+            an_expired_probe_is_replaced_once,
+            concurrent_probes_of_one_store_admit_exactly_one,
         );
 
         #[test]

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use crate::Store;
 use crate::conformance::fresh_scope;
 use crate::conversations::{
-    Admission, AdmitTurn, AnswerClass, AttemptRecord, ConversationRecord, LedgerCharge, Refusal,
-    Reserved, SealTurn, TurnLimits, TurnRecord, TurnStatus, active_turns_counter,
-    conversations_counter, hourly_turns_counter,
+    Admission, AdmitTurn, AnswerClass, AttemptRecord, ConversationRecord, HealthRecord,
+    HealthScope, LedgerCharge, ProbeReservation, Refusal, Reserved, SealTurn, TurnLimits,
+    TurnRecord, TurnStatus, active_turns_counter, conversations_counter, hourly_turns_counter,
 };
 
 const HOUR: &str = "2026-12-01T12";
@@ -1177,4 +1177,175 @@ pub async fn two_stores_on_one_database_share_the_limits(
         );
         assert_eq!(counters(store, &scope).await, [2, 2, 2]);
     }
+}
+
+/// A limit on a resource no other case uses, observed at `observed`, eligible at `until`.
+fn limited(resource: &str, observed: i64, until: i64) -> HealthRecord {
+    HealthRecord {
+        resource: resource.to_owned(),
+        scope: HealthScope::Route,
+        condition: "rate_limited".to_owned(),
+        until: at(until),
+        source: "retry_after".to_owned(),
+        failures: 0,
+        limited_at: at(observed),
+        origin: resource.to_owned(),
+        probe_until: None,
+        probe_id: None,
+    }
+}
+
+fn fresh_resource() -> String {
+    format!("route:meta:operator:{}", fresh_scope().as_str())
+}
+
+pub async fn health_limits_replace_only_older_ones_and_stale_successes_keep_them(
+    store: Arc<dyn Store>,
+) {
+    let resource = fresh_resource();
+    assert!(store.health(&[resource.clone()]).await.unwrap().is_empty());
+    assert!(store.limit(&limited(&resource, 10, 40)).await.unwrap());
+    // An older observation does not replace a newer one.
+    assert!(!store.limit(&limited(&resource, 5, 99)).await.unwrap());
+    let newer = HealthRecord {
+        condition: "unavailable".to_owned(),
+        failures: 2,
+        ..limited(&resource, 20, 60)
+    };
+    assert!(store.limit(&newer).await.unwrap());
+    assert_eq!(
+        store.health(&[resource.clone()]).await.unwrap(),
+        [newer.clone()]
+    );
+    assert!(store.all_health().await.unwrap().contains(&newer));
+    // A success observed before the limit does not clear it; one after does.
+    assert!(!store.clear_health(&resource, at(19)).await.unwrap());
+    assert_eq!(store.health(&[resource.clone()]).await.unwrap().len(), 1);
+    assert!(store.clear_health(&resource, at(20)).await.unwrap());
+    assert!(store.health(&[resource.clone()]).await.unwrap().is_empty());
+    assert!(!store.clear_health(&resource, at(30)).await.unwrap());
+}
+
+pub async fn one_recovery_probe_per_resource_and_never_without_its_allowance(
+    store: Arc<dyn Store>,
+) {
+    let resource = fresh_resource();
+    let counter = format!("provider:meta:{resource}");
+    let fits = [charge(&counter, 60, 100)];
+    // Not limited: nothing written.
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p0", at(200), at(50), &fits)
+            .await
+            .unwrap(),
+        ProbeReservation::NotLimited
+    );
+    store.limit(&limited(&resource, 10, 40)).await.unwrap();
+    // Still cooling.
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p1", at(160), at(39), &fits)
+            .await
+            .unwrap(),
+        ProbeReservation::Held { until: at(40) }
+    );
+    // Eligible, but the allowance does not fit: no lease is taken.
+    let passes = [charge(&counter, 101, 100)];
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p1", at(160), at(40), &passes)
+            .await
+            .unwrap(),
+        ProbeReservation::Denied {
+            counter: counter.clone()
+        }
+    );
+    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [0]);
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p1", at(160), at(40), &fits)
+            .await
+            .unwrap(),
+        ProbeReservation::Admitted
+    );
+    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [60]);
+    let stored = store.health(&[resource.clone()]).await.unwrap();
+    assert_eq!(stored[0].probe_id.as_deref(), Some("p1"));
+    assert_eq!(stored[0].probe_until, Some(at(160)));
+    // A second probe waits for the lease.
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p2", at(170), at(50), &fits)
+            .await
+            .unwrap(),
+        ProbeReservation::Held { until: at(160) }
+    );
+    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [60]);
+}
+
+pub async fn an_expired_probe_is_replaced_once(store: Arc<dyn Store>) {
+    let resource = fresh_resource();
+    store.limit(&limited(&resource, 10, 40)).await.unwrap();
+    assert_eq!(
+        store
+            .reserve_probe(&resource, "p1", at(160), at(40), &[])
+            .await
+            .unwrap(),
+        ProbeReservation::Admitted
+    );
+    let uncertain = HealthRecord {
+        condition: "uncertain".to_owned(),
+        failures: 1,
+        ..limited(&resource, 161, 221)
+    };
+    assert!(!store.expire_probe("p0", &uncertain).await.unwrap());
+    assert!(store.expire_probe("p1", &uncertain).await.unwrap());
+    assert!(!store.expire_probe("p1", &uncertain).await.unwrap());
+    assert_eq!(store.health(&[resource]).await.unwrap(), [uncertain]);
+}
+
+/// 32 concurrent probes of one eligible resource through `first` and `second` (one store
+/// twice, or two stores on one database): exactly one is admitted, and only its allowance is
+/// charged.
+pub async fn concurrent_probes_admit_exactly_one(first: Arc<dyn Store>, second: Arc<dyn Store>) {
+    let resource = fresh_resource();
+    let counter = format!("provider:meta:{resource}");
+    first.limit(&limited(&resource, 10, 40)).await.unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let store = if i % 2 == 0 {
+            first.clone()
+        } else {
+            second.clone()
+        };
+        let (resource, counter, barrier) = (resource.clone(), counter.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .reserve_probe(
+                    &resource,
+                    &format!("p{i}"),
+                    at(160),
+                    at(50),
+                    &[charge(&counter, 7, 1_000)],
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            ProbeReservation::Admitted => admitted += 1,
+            ProbeReservation::Held { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(admitted, 1);
+    assert_eq!(first.ledger(&[counter]).await.unwrap(), [7]);
+}
+
+pub async fn concurrent_probes_of_one_store_admit_exactly_one(store: Arc<dyn Store>) {
+    concurrent_probes_admit_exactly_one(store.clone(), store).await;
 }

@@ -161,6 +161,21 @@ pub enum Reserved {
     Denied { counter: String },
 }
 
+pub use herma_core::conversation::health::{HealthRecord, HealthScope};
+
+/// What [`ConversationStore::reserve_probe`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeReservation {
+    /// The lease is this probe's and every charge was added.
+    Admitted,
+    /// Another probe holds the lease, or the resource is cooling again: eligible at `until`.
+    Held { until: Timestamp },
+    /// The resource is not limited (any more): nothing was written.
+    NotLimited,
+    /// Nothing was written: this counter would have passed its ceiling.
+    Denied { counter: String },
+}
+
 /// Limits admission enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TurnLimits {
@@ -453,6 +468,37 @@ pub trait ConversationStore: Send + Sync {
 
     /// The counters' current values (0 for one never moved), in the order asked.
     async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>>;
+
+    /// The health records of `resources` that exist, in no particular order.
+    async fn health(&self, resources: &[String]) -> StoreResult<Vec<HealthRecord>>;
+
+    /// Every health record, by resource (the operator's summary).
+    async fn all_health(&self) -> StoreResult<Vec<HealthRecord>>;
+
+    /// Records a limit: inserted, or replacing the stored record when that one was observed at
+    /// or before this one (its probe lease ends with it). `Ok(false)`: a newer limit is stored
+    /// and nothing was written.
+    async fn limit(&self, record: &HealthRecord) -> StoreResult<bool>;
+
+    /// A success observed at `observed_at` clears the resource's record only when the record
+    /// was observed at or before it: a stale success never clears a newer limit.
+    async fn clear_health(&self, resource: &str, observed_at: Timestamp) -> StoreResult<bool>;
+
+    /// Admits `probe_id` as the one recovery probe of `resource`, together with its charges,
+    /// in one transaction: only when the resource's delay has passed (`until <= now`) and no
+    /// lease is out. Concurrent callers on any process: at most one is admitted.
+    async fn reserve_probe(
+        &self,
+        resource: &str,
+        probe_id: &str,
+        lease_until: Timestamp,
+        now: Timestamp,
+        charges: &[LedgerCharge],
+    ) -> StoreResult<ProbeReservation>;
+
+    /// Replaces the record of `resource` with `record` only while its lease is `probe_id`'s
+    /// (an expired probe becomes uncertain once, whoever notices it first).
+    async fn expire_probe(&self, probe_id: &str, record: &HealthRecord) -> StoreResult<bool>;
 }
 
 #[cfg(test)]

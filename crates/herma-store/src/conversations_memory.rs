@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use herma_core::{CallerScope, Timestamp};
 
 use crate::conversations::{
-    Admission, AdmitTurn, AttemptRecord, ConversationRecord, LedgerCharge, Refusal, Reserved,
-    SealTurn, TurnRecord, TurnStatus, active_turns_counter, admission_charges, admitted_turn,
-    decide_before_counters, extend_transcript, new_conversation,
+    Admission, AdmitTurn, AttemptRecord, ConversationRecord, HealthRecord, LedgerCharge,
+    ProbeReservation, Refusal, Reserved, SealTurn, TurnRecord, TurnStatus, active_turns_counter,
+    admission_charges, admitted_turn, decide_before_counters, extend_transcript, new_conversation,
 };
 use crate::{StoreError, StoreResult};
 
@@ -23,6 +23,7 @@ pub(crate) struct ConversationTables {
     turns: BTreeMap<TurnKey, TurnRecord>,
     attempts: BTreeMap<AttemptKey, AttemptRecord>,
     ledger: HashMap<String, u64>,
+    health: BTreeMap<String, HealthRecord>,
 }
 
 fn conversation_key(scope: &CallerScope, conversation_id: &str) -> ConversationKey {
@@ -289,5 +290,77 @@ impl ConversationTables {
             .iter()
             .map(|c| self.ledger.get(c).copied().unwrap_or(0))
             .collect()
+    }
+}
+
+impl ConversationTables {
+    pub(crate) fn health(&self, resources: &[String]) -> Vec<HealthRecord> {
+        resources
+            .iter()
+            .filter_map(|r| self.health.get(r).cloned())
+            .collect()
+    }
+
+    pub(crate) fn all_health(&self) -> Vec<HealthRecord> {
+        self.health.values().cloned().collect()
+    }
+
+    pub(crate) fn limit(&mut self, record: &HealthRecord) -> bool {
+        if let Some(stored) = self.health.get(&record.resource)
+            && stored.limited_at > record.limited_at
+        {
+            return false;
+        }
+        self.health.insert(record.resource.clone(), record.clone());
+        true
+    }
+
+    pub(crate) fn clear_health(&mut self, resource: &str, observed_at: Timestamp) -> bool {
+        match self.health.get(resource) {
+            Some(stored) if stored.limited_at <= observed_at => {
+                self.health.remove(resource);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn reserve_probe(
+        &mut self,
+        resource: &str,
+        probe_id: &str,
+        lease_until: Timestamp,
+        now: Timestamp,
+        charges: &[LedgerCharge],
+    ) -> ProbeReservation {
+        let Some(stored) = self.health.get(resource) else {
+            return ProbeReservation::NotLimited;
+        };
+        if stored.until > now || stored.probe_until.is_some() {
+            let until = stored
+                .probe_until
+                .map_or(stored.until, |p| p.max(stored.until));
+            return ProbeReservation::Held { until };
+        }
+        if let Err(denied) = self.charge(charges) {
+            return ProbeReservation::Denied {
+                counter: charges[denied].counter.clone(),
+            };
+        }
+        if let Some(stored) = self.health.get_mut(resource) {
+            stored.probe_until = Some(lease_until);
+            stored.probe_id = Some(probe_id.to_owned());
+        }
+        ProbeReservation::Admitted
+    }
+
+    pub(crate) fn expire_probe(&mut self, probe_id: &str, record: &HealthRecord) -> bool {
+        match self.health.get(&record.resource) {
+            Some(stored) if stored.probe_id.as_deref() == Some(probe_id) => {
+                self.health.insert(record.resource.clone(), record.clone());
+                true
+            }
+            _ => false,
+        }
     }
 }

@@ -14,8 +14,8 @@ use herma_core::{CallerScope, Timestamp};
 use serde_json::Value;
 
 use crate::conversations::{
-    Admission, AdmitTurn, AttemptRecord, ConversationRecord, ConversationStore, LedgerCharge,
-    Reserved, SealTurn, TurnRecord,
+    Admission, AdmitTurn, AttemptRecord, ConversationRecord, ConversationStore, HealthRecord,
+    LedgerCharge, ProbeReservation, Reserved, SealTurn, TurnRecord,
 };
 use crate::conversations_memory::ConversationTables;
 use crate::documents::{
@@ -669,6 +669,39 @@ impl ConversationStore for MemoryStore {
 
     async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>> {
         Ok(self.conversations()?.ledger(counters))
+    }
+
+    async fn health(&self, resources: &[String]) -> StoreResult<Vec<HealthRecord>> {
+        Ok(self.conversations()?.health(resources))
+    }
+
+    async fn all_health(&self) -> StoreResult<Vec<HealthRecord>> {
+        Ok(self.conversations()?.all_health())
+    }
+
+    async fn limit(&self, record: &HealthRecord) -> StoreResult<bool> {
+        Ok(self.conversations()?.limit(record))
+    }
+
+    async fn clear_health(&self, resource: &str, observed_at: Timestamp) -> StoreResult<bool> {
+        Ok(self.conversations()?.clear_health(resource, observed_at))
+    }
+
+    async fn reserve_probe(
+        &self,
+        resource: &str,
+        probe_id: &str,
+        lease_until: Timestamp,
+        now: Timestamp,
+        charges: &[LedgerCharge],
+    ) -> StoreResult<ProbeReservation> {
+        Ok(self
+            .conversations()?
+            .reserve_probe(resource, probe_id, lease_until, now, charges))
+    }
+
+    async fn expire_probe(&self, probe_id: &str, record: &HealthRecord) -> StoreResult<bool> {
+        Ok(self.conversations()?.expire_probe(probe_id, record))
     }
 }
 

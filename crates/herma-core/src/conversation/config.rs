@@ -92,6 +92,8 @@ pub struct ProviderConfig {
     pub anthropic_version: Option<&'static str>,
     /// OpenRouter's one underlying provider.
     pub routing_provider: Option<String>,
+    /// The operator account alias health is keyed by (`operator` unless configured).
+    pub account: String,
     pub destination: Destination,
     /// The operator's key; `None` is a recorded `provider_not_configured` attempt.
     pub api_key: Option<Secret>,
@@ -269,6 +271,16 @@ impl ProviderConfig {
         } else {
             None
         };
+        let account = r.member(&table::ACCOUNT_SCOPE, m);
+        if let Some(alias) = &account
+            && !super::grants::is_slug(alias)
+        {
+            r.fail(
+                &table::ACCOUNT_SCOPE.name(m),
+                "must be an opaque alias: lowercase letters, digits, `-_./`, at most 64",
+            );
+        }
+        let account = account.unwrap_or_else(|| super::health::DEFAULT_ACCOUNT.to_owned());
         let (origin, path) = fixed_destination(provider);
         let overridden = r.member(&table::DESTINATION, m);
         let destination = Destination {
@@ -330,6 +342,7 @@ impl ProviderConfig {
             pricing,
             anthropic_version,
             routing_provider,
+            account,
             destination,
             api_key,
         })

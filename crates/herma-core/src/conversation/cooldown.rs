@@ -199,6 +199,16 @@ pub fn cooldown(
     }
 }
 
+/// Whether a reply header is guidance [`cooldown`] reads (`Retry-After` and the providers' reset
+/// headers): the only headers worth keeping from a reply for health.
+pub fn is_guidance_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case("retry-after")
+        || OPENAI_RESET_HEADERS
+            .iter()
+            .chain(&ANTHROPIC_RESET_HEADERS)
+            .any(|known| name.eq_ignore_ascii_case(known))
+}
+
 fn backoff(first: u64, repeated_failures: u32) -> u64 {
     let mut seconds = first.min(MAX_COOLDOWN_SECONDS);
     for _ in 0..repeated_failures {

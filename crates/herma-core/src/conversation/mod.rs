@@ -11,8 +11,9 @@
 //! Provider plans and governed failover (part 2): [`identity`] folds a model into its upstream
 //! `vendor/model` identity; [`plan`] reads a caller's provider plan and admits a turn under it;
 //! [`failover`] decides, after each step, whether a planned turn advances or stops; [`cooldown`]
-//! is the health coordinator's delay math and what a condition holds. Imports run one way:
-//! `failover` → `plan` → `grants`, `identity`; `cooldown` → `identity`, `providers`.
+//! is the health coordinator's delay math and what a condition holds; [`health`] what shared
+//! provider health says before an attempt and what the attempt writes after it. Imports run one way:
+//! `failover` → `plan` → `grants`, `identity`; `health` → `cooldown` → `identity`, `providers`.
 //!
 //! Everything here is pure and shared with the Worker: the fixtures under `parity/` drive the
 //! tests of both runtimes.
@@ -23,6 +24,7 @@ pub mod cooldown;
 pub mod failover;
 pub mod generation;
 pub mod grants;
+pub mod health;
 pub mod identity;
 pub mod instructions;
 pub mod plan;

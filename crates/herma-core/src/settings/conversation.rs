@@ -379,6 +379,15 @@ pub const DEPRECATED_UNCERTAIN_FAILOVER: Setting<OptionalText> = Setting {
     },
     doc: "Deprecated deployment-wide grant: any value makes turns fail with `invalid_provider_configuration`; use per-caller grants.",
 };
+pub const ACCOUNT_SCOPE: Family<OptionalText> = Family {
+    prefix: "HERMA_CONVERSATION_",
+    suffix: "_ACCOUNT_SCOPE",
+    members: &PROVIDERS,
+    kind: OptionalText {
+        form: "opaque account alias (lowercase letters, digits, `-_./`, at most 64)",
+    },
+    doc: "The operator account the provider's key belongs to (default `operator`): provider health is shared per provider, account and model. Use one alias for keys sharing an account limit; a different one only for a genuinely independent account.",
+};
 pub const DESTINATION: Family<BaseUrl> = Family {
     prefix: "HERMA_CONVERSATION_",
     suffix: "_BASE_URL",

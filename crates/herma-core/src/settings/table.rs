@@ -434,6 +434,7 @@ pub const GROUPS: &[Group] = &[
             &conversation::BUDGET,
             &conversation::OLLAMA_CALLS_PER_DAY,
             &conversation::CALLER_TOKENS_PER_HOUR,
+            &conversation::ACCOUNT_SCOPE,
             &conversation::DESTINATION,
             &conversation::API_KEY,
             &conversation::DEPRECATED_PLAN_ALLOWLIST,

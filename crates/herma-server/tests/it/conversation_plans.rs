@@ -1,6 +1,7 @@
 //! Provider plans end to end (H17): a caller's own ordered choices, governed failover between
 //! them, recorded skips, and the two halves of the uncertainty grant.
 
+use herma_core::time::Clock;
 use herma_test_support::mock_providers::{Answer, Kind, MockProvider};
 use herma_test_support::{Backend, TestApp, fresh_stores, spawn_app_with};
 use reqwest::{Method, StatusCode};
@@ -389,4 +390,209 @@ async fn a_changed_plan_is_a_changed_conversation() {
     let got = turn(&p, planned("r2", 1)).await;
     assert_problem(&got, StatusCode::CONFLICT, "conversation_conflict");
     assert_eq!(got.2["reason"], "contract_changed");
+}
+
+/// Two keys granted Meta on one server.
+struct Shared {
+    app: TestApp,
+    keys: [String; 2],
+    mock: MockProvider,
+    stores: herma_test_support::Stores,
+    settings: Vec<(String, String)>,
+}
+
+async fn shared(backend: Backend) -> Shared {
+    let stores = fresh_stores(backend).await;
+    let mock = MockProvider::start(Kind::Meta).await;
+    let first = spawn_app_with(stores.clone(), &[]).await;
+    let a = first.key("route,configure", Some("claude-code")).await;
+    let b = first.key("route,configure", Some("claude-code")).await;
+    first.stop().await;
+    let settings = settings(
+        Kind::Meta,
+        &mock,
+        &[TestApp::key_id(&a), TestApp::key_id(&b)],
+        "5",
+    );
+    let pairs: Vec<(&str, &str)> = settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let app = spawn_app_with(stores.clone(), &pairs).await;
+    for key in [&a, &b] {
+        configure(&app, key, "/v1/context", contract()).await;
+    }
+    Shared {
+        app,
+        keys: [a, b],
+        mock,
+        stores,
+        settings,
+    }
+}
+
+fn direct(provider: &str, request: &str) -> Value {
+    json!({
+        "conversation_id": format!("c-{request}"), "request_id": request, "expected_version": 0,
+        "message": "hello", "context_refs": ["work.review"], "provider": provider,
+    })
+}
+
+async fn turn_as(app: &TestApp, key: &str, body: Value) -> Value {
+    let got = req(Method::POST, "/v1/conversations/turn")
+        .key(key)
+        .json(body)
+        .send(app)
+        .await;
+    assert!(
+        got.0 == StatusCode::OK || got.0 == StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        got.2
+    );
+    got.2
+}
+
+async fn a_limit_is_shared_by_every_caller_until_one_probe_recovers_it(backend: Backend) {
+    let s = shared(backend).await;
+    let [a, b] = &s.keys;
+    s.mock.answer([Answer::RateLimited { retry_after: 30 }]);
+    let limited = turn_as(&s.app, a, direct("meta", "r1")).await;
+    assert_eq!(limited["reason"], "provider_rate_limited", "{limited}");
+    assert_eq!(s.mock.calls(), 1);
+
+    // Another caller is skipped while the resource cools: nothing reserved or sent.
+    let skipped = turn_as(&s.app, b, direct("meta", "r2")).await;
+    let attempt = &skipped["attempts"][0];
+    assert_eq!(attempt["outcome"], "provider_rate_limited", "{skipped}");
+    assert_eq!(attempt["skip"], "cooldown");
+    assert_eq!(attempt["provider_health"]["scope"], "provider_route");
+    assert_eq!(attempt["provider_health"]["condition"], "rate_limited");
+    assert_eq!(attempt["reservation_status"], "not_reserved");
+    assert_eq!(attempt["request_sent"], false);
+    let eligible = s.app.clock.now().as_millis() + 30_000;
+    assert_eq!(
+        attempt["next_eligible_at"],
+        json!(herma_core::Timestamp::from_millis(eligible))
+    );
+    assert!(
+        !skipped.to_string().contains(TestApp::key_id(a)),
+        "{skipped}"
+    );
+    assert_eq!(s.mock.calls(), 1);
+
+    // Another account alias is another resource: its health is its own.
+    let mut pairs: Vec<(&str, &str)> = s
+        .settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    pairs.push(("HERMA_CONVERSATION_META_ACCOUNT_SCOPE", "team-b"));
+    let other = spawn_app_with(s.stores.clone(), &pairs).await;
+    other
+        .clock
+        .advance_millis(s.app.clock.now().as_millis() - other.clock.now().as_millis());
+    s.mock.answer([Answer::Text("which document?".into())]);
+    let separate = turn_as(&other, b, direct("meta", "r3")).await;
+    assert_eq!(separate["status"], "clarify", "{separate}");
+    assert_eq!(s.mock.calls(), 2);
+    other.stop().await;
+
+    // After the delay, the next request is the one recovery probe; its success clears it.
+    s.app.clock.advance_millis(30_000);
+    s.mock.answer([Answer::Text("which document?".into())]);
+    let probe = turn_as(&s.app, b, direct("meta", "r4")).await;
+    assert_eq!(probe["status"], "clarify", "{probe}");
+    assert_eq!(probe["attempts"][0]["recovery_probe"], true);
+    let after = turn_as(&s.app, a, direct("meta", "r5")).await;
+    assert_eq!(after["status"], "clarify", "{after}");
+    assert!(after["attempts"][0].get("recovery_probe").is_none());
+    assert_eq!(s.mock.calls(), 4);
+}
+
+both!(a_limit_is_shared_by_every_caller_until_one_probe_recovers_it);
+
+async fn h17_a_rate_limit_holds_the_upstream_model_for_other_routes(backend: Backend) {
+    let stores = fresh_stores(backend).await;
+    let openai = MockProvider::start(Kind::Openai).await;
+    let openrouter = MockProvider::start(Kind::Openrouter).await;
+    let first = spawn_app_with(stores.clone(), &[]).await;
+    let key = first.key("route,configure", Some("claude-code")).await;
+    first.stop().await;
+    let id = TestApp::key_id(&key);
+    let mut owned: Vec<(String, String)> = settings(Kind::Openai, &openai, &[id], "5")
+        .into_iter()
+        .chain(settings(Kind::Openrouter, &openrouter, &[id], "5"))
+        .filter(|(name, _)| name != GRANTS && name != "HERMA_CONVERSATION_OPENROUTER_MODEL")
+        .collect();
+    owned.push((
+        "HERMA_CONVERSATION_OPENROUTER_MODEL".into(),
+        "openai/GPT-Test:free".into(),
+    ));
+    owned.push((
+        GRANTS.into(),
+        json!([{"caller_scope": format!("key:{id}"), "providers": [
+            openai_choice_of("gpt-test"),
+            {"provider": "openrouter", "model": "openai/GPT-Test:free", "routing_provider": "host-slug"}
+        ]}])
+        .to_string(),
+    ));
+    let pairs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let app = spawn_app_with(stores, &pairs).await;
+    configure(&app, &key, "/v1/context", contract()).await;
+
+    openai.answer([Answer::RateLimited { retry_after: 30 }]);
+    let limited = turn_as(&app, &key, direct("openai", "r1")).await;
+    assert_eq!(limited["reason"], "provider_rate_limited", "{limited}");
+    let held = turn_as(&app, &key, direct("openrouter", "r2")).await;
+    let attempt = &held["attempts"][0];
+    assert_eq!(attempt["outcome"], "provider_identity_cooldown", "{held}");
+    assert_eq!(
+        attempt["provider_health"]["scope"],
+        "upstream_model_identity"
+    );
+    assert_eq!(attempt["request_sent"], false);
+    assert_eq!(openrouter.calls(), 0);
+    // When the hold ends, the other route is tried.
+    app.clock.advance_millis(30_000);
+    openrouter.answer([Answer::Text("which document?".into())]);
+    let later = turn_as(&app, &key, direct("openrouter", "r3")).await;
+    assert_eq!(later["status"], "clarify", "{later}");
+    assert_eq!(openrouter.calls(), 1);
+}
+
+both!(h17_a_rate_limit_holds_the_upstream_model_for_other_routes);
+
+fn openai_choice_of(model: &str) -> Value {
+    json!({"provider": "openai", "model": model})
+}
+
+#[tokio::test]
+async fn an_invalid_account_alias_is_an_invalid_configuration() {
+    let p = plans(
+        Backend::Memory,
+        json!({}),
+        json!({}),
+        ("5", "5"),
+        &[("HERMA_CONVERSATION_META_ACCOUNT_SCOPE", "Team B")],
+    )
+    .await;
+    let direct = json!({
+        "conversation_id": "d", "request_id": "r1", "expected_version": 0,
+        "message": "hello", "context_refs": ["work.review"], "provider": "meta",
+    });
+    let got = turn(&p, direct).await;
+    assert_problem(
+        &got,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "invalid_provider_configuration",
+    );
+    assert!(
+        got.2["detail"]
+            .as_str()
+            .unwrap()
+            .contains("HERMA_CONVERSATION_META_ACCOUNT_SCOPE")
+    );
 }

@@ -51,11 +51,14 @@ async fn two_stores_on_one_schema_share_the_conversation_limits() {
     let second = herma_store_postgres::connect_in_schema(&url, &schema)
         .await
         .unwrap();
+    let (first, second): (Arc<dyn herma_store::Store>, Arc<dyn herma_store::Store>) =
+        (Arc::new(first), Arc::new(second));
     herma_store::conversation_conformance::two_stores_on_one_database_share_the_limits(
-        Arc::new(first),
-        Arc::new(second),
+        first.clone(),
+        second.clone(),
     )
     .await;
+    herma_store::conversation_conformance::concurrent_probes_admit_exactly_one(first, second).await;
 }
 
 mod governed {

@@ -1,4 +1,4 @@
-//! The conversation port in SQL (migration 0007's tables).
+//! The conversation port in SQL (migration 0007's tables and 0008's provider health).
 //!
 //! Admission, reservation, release, sealing and expiry are each one transaction.
 //!
@@ -10,26 +10,32 @@
 //! amount <= ceiling − charge` on the counter's row, which PostgreSQL re-checks on the newest
 //! row after waiting for its lock, so concurrent reservations never pass a ceiling. Locks are
 //! taken turn → conversation → counters, the counters in name order, so admissions, seals and
-//! reservations never wait on each other in a cycle.
+//! reservations never wait on each other in a cycle. A recovery probe is admitted by a
+//! conditional `UPDATE` of its health row (`… WHERE until_at <= now AND probe_until IS NULL`),
+//! re-checked in PostgreSQL on the newest row after waiting for its lock, in the same
+//! transaction as its charges: at most one probe per resource, and never one without its
+//! allowance.
 
 mod rows;
 
 use async_trait::async_trait;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::conversations::{
-    Admission, AdmitTurn, AttemptRecord, ConversationRecord, ConversationStore, LedgerCharge,
-    Reserved, SealTurn, TurnRecord, active_turns_counter, admission_charges, admitted_turn,
-    decide_before_counters, extend_transcript, new_conversation,
+    Admission, AdmitTurn, AttemptRecord, ConversationRecord, ConversationStore, HealthRecord,
+    LedgerCharge, ProbeReservation, Reserved, SealTurn, TurnRecord, active_turns_counter,
+    admission_charges, admitted_turn, decide_before_counters, extend_transcript, new_conversation,
 };
 use herma_store::{StoreError, StoreResult};
 
-use self::rows::{attempt_from_row, conversation_from_row, turn_from_row};
+use self::rows::{attempt_from_row, conversation_from_row, health_from_row, turn_from_row};
 use crate::{Backend, Query, SqlRow, SqlStore, to_i64, to_json, to_u64};
 
 const CONVERSATION_COLUMNS: &str = "caller_scope, conversation_id, version, fingerprint, \
     transcript, active_request_id, created_at, expires_at, expired";
 const TURN_COLUMNS: &str = "caller_scope, conversation_id, request_id, input_digest, status, \
     version_before, server_exception, answer_class, response, created_at, sealed_at";
+const HEALTH_COLUMNS: &str = "resource, scope, condition, until_at, source, failures, \
+    limited_at, origin, probe_until, probe_id";
 const ATTEMPT_COLUMNS: &str =
     "caller_scope, conversation_id, request_id, attempt, record, updated_at";
 
@@ -498,4 +504,125 @@ impl<B: Backend> ConversationStore for SqlStore<B> {
         }
         Ok(values)
     }
+
+    async fn health(&self, resources: &[String]) -> StoreResult<Vec<HealthRecord>> {
+        if resources.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {HEALTH_COLUMNS} FROM conversation_health WHERE resource {}",
+            B::TEXT_IN
+        );
+        let rows = self.db.fetch(B::query(&sql).bind(resources)).await?;
+        rows.iter().map(health_from_row).collect()
+    }
+
+    async fn all_health(&self) -> StoreResult<Vec<HealthRecord>> {
+        let sql = format!("SELECT {HEALTH_COLUMNS} FROM conversation_health ORDER BY resource");
+        let rows = self.db.fetch(B::query(&sql)).await?;
+        rows.iter().map(health_from_row).collect()
+    }
+
+    async fn limit(&self, record: &HealthRecord) -> StoreResult<bool> {
+        let sql = format!(
+            "INSERT INTO conversation_health ({HEALTH_COLUMNS})
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (resource) DO UPDATE SET
+                 scope = excluded.scope, condition = excluded.condition,
+                 until_at = excluded.until_at, source = excluded.source,
+                 failures = excluded.failures, limited_at = excluded.limited_at,
+                 origin = excluded.origin, probe_until = excluded.probe_until,
+                 probe_id = excluded.probe_id
+             WHERE conversation_health.limited_at <= excluded.limited_at"
+        );
+        let query = bind_health(B::query(&sql), record);
+        Ok(self.db.execute(query).await? > 0)
+    }
+
+    async fn clear_health(&self, resource: &str, observed_at: Timestamp) -> StoreResult<bool> {
+        let query =
+            B::query("DELETE FROM conversation_health WHERE resource = ? AND limited_at <= ?")
+                .bind(resource)
+                .bind(observed_at.as_millis());
+        Ok(self.db.execute(query).await? > 0)
+    }
+
+    async fn reserve_probe(
+        &self,
+        resource: &str,
+        probe_id: &str,
+        lease_until: Timestamp,
+        now: Timestamp,
+        charges: &[LedgerCharge],
+    ) -> StoreResult<ProbeReservation> {
+        let mut tx = self.db.begin().await?;
+        let lease = B::query(
+            "UPDATE conversation_health SET probe_until = ?, probe_id = ?
+             WHERE resource = ? AND until_at <= ? AND probe_until IS NULL",
+        )
+        .bind(lease_until.as_millis())
+        .bind(probe_id)
+        .bind(resource)
+        .bind(now.as_millis());
+        if B::execute_in(&mut tx, lease).await? == 0 {
+            B::rollback(tx).await?;
+            let stored = self.health(&[resource.to_owned()]).await?;
+            return Ok(match stored.first() {
+                None => ProbeReservation::NotLimited,
+                Some(stored) => ProbeReservation::Held {
+                    until: stored
+                        .probe_until
+                        .map_or(stored.until, |p| p.max(stored.until)),
+                },
+            });
+        }
+        match charge_in::<B>(&mut tx, charges).await? {
+            Some(denied) => {
+                B::rollback(tx).await?;
+                Ok(ProbeReservation::Denied {
+                    counter: charges[denied].counter.clone(),
+                })
+            }
+            None => {
+                B::commit(tx).await?;
+                Ok(ProbeReservation::Admitted)
+            }
+        }
+    }
+
+    async fn expire_probe(&self, probe_id: &str, record: &HealthRecord) -> StoreResult<bool> {
+        let query = B::query(
+            "UPDATE conversation_health SET
+                 scope = ?, condition = ?, until_at = ?, source = ?, failures = ?,
+                 limited_at = ?, origin = ?, probe_until = ?, probe_id = ?
+             WHERE resource = ? AND probe_id = ?",
+        )
+        .bind(record.scope.as_str())
+        .bind(record.condition.as_str())
+        .bind(record.until.as_millis())
+        .bind(record.source.as_str())
+        .bind(i64::from(record.failures))
+        .bind(record.limited_at.as_millis())
+        .bind(record.origin.as_str())
+        .bind(record.probe_until.map(Timestamp::as_millis))
+        .bind(record.probe_id.as_deref())
+        .bind(record.resource.as_str())
+        .bind(probe_id);
+        Ok(self.db.execute(query).await? > 0)
+    }
+}
+
+/// Binds a health record's columns in [`HEALTH_COLUMNS`] order.
+fn bind_health<'q>(query: Query<'q>, record: &'q HealthRecord) -> Query<'q> {
+    query
+        .bind(record.resource.as_str())
+        .bind(record.scope.as_str())
+        .bind(record.condition.as_str())
+        .bind(record.until.as_millis())
+        .bind(record.source.as_str())
+        .bind(i64::from(record.failures))
+        .bind(record.limited_at.as_millis())
+        .bind(record.origin.as_str())
+        .bind(record.probe_until.map(Timestamp::as_millis))
+        .bind(record.probe_id.as_deref())
 }

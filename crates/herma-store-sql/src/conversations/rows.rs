@@ -2,7 +2,8 @@
 
 use herma_store::StoreResult;
 use herma_store::conversations::{
-    AnswerClass, AttemptRecord, ConversationRecord, TurnRecord, TurnStatus,
+    AnswerClass, AttemptRecord, ConversationRecord, HealthRecord, HealthScope, TurnRecord,
+    TurnStatus,
 };
 
 use crate::rows::{json, opt_json, opt_time, scope, time};
@@ -50,5 +51,20 @@ pub(super) fn attempt_from_row(row: &impl SqlRow) -> StoreResult<AttemptRecord> 
         attempt: u32::try_from(row.int("attempt")?).map_err(|_| corrupt("attempt number"))?,
         record: json(row, "record")?,
         updated_at: time(row, "updated_at")?,
+    })
+}
+
+pub(super) fn health_from_row(row: &impl SqlRow) -> StoreResult<HealthRecord> {
+    Ok(HealthRecord {
+        resource: row.text("resource")?,
+        scope: HealthScope::parse(&row.text("scope")?).ok_or_else(|| corrupt("health scope"))?,
+        condition: row.text("condition")?,
+        until: time(row, "until_at")?,
+        source: row.text("source")?,
+        failures: u32::try_from(row.int("failures")?).map_err(|_| corrupt("health failures"))?,
+        limited_at: time(row, "limited_at")?,
+        origin: row.text("origin")?,
+        probe_until: opt_time(row, "probe_until")?,
+        probe_id: row.opt_text("probe_id")?,
     })
 }

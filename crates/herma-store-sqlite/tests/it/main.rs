@@ -39,7 +39,8 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
                 "rule_vectors",
                 "key_cohorts",
                 "governed",
-                "conversations"
+                "conversations",
+                "provider_health"
             ]
         );
         let spec = herma_store::conformance::provision("p", "k");
@@ -70,11 +71,14 @@ async fn two_stores_on_one_file_share_the_conversation_limits() {
     let path = path.to_str().unwrap();
     let first = herma_store_sqlite::open_migrated(path).await.unwrap();
     let second = herma_store_sqlite::open_migrated(path).await.unwrap();
+    let (first, second): (Arc<dyn herma_store::Store>, Arc<dyn herma_store::Store>) =
+        (Arc::new(first), Arc::new(second));
     herma_store::conversation_conformance::two_stores_on_one_database_share_the_limits(
-        Arc::new(first),
-        Arc::new(second),
+        first.clone(),
+        second.clone(),
     )
     .await;
+    herma_store::conversation_conformance::concurrent_probes_admit_exactly_one(first, second).await;
 }
 
 mod governed {
