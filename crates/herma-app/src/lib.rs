@@ -18,6 +18,7 @@
 
 pub mod calibrate;
 pub mod clock;
+pub mod conversation_budget;
 pub mod conversations;
 pub mod discovery;
 pub mod dry_run;

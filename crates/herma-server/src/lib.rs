@@ -82,6 +82,7 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::list_keys, admin::create_key))
         .routes(routes!(admin::revoke_key))
         .routes(routes!(admin::tessera_sync))
+        .routes(routes!(admin::conversation_budget))
         .routes(routes!(proxy::chat_completions))
         .routes(routes!(proxy::responses))
         .routes(routes!(proxy::messages))

@@ -939,6 +939,39 @@ fn config_check_warns_about_redirected_providers_and_reports_each_turn_provider(
 }
 
 #[test]
+fn conversations_budget_prints_every_provider_as_a_table_or_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HERMA_CONVERSATION_META_MAX_OUTPUT", "1024"),
+        ("HERMA_META_BUDGET_USD", "2.5"),
+        ("HERMA_CONVERSATION_META_ACCOUNT_SCOPE", "team-a"),
+        ("HERMA_CONVERSATION_DISABLED_PROVIDERS", "[\"anthropic\"]"),
+    ];
+    let table = run(dir.path(), &["conversations", "budget"], &env);
+    assert!(table.status.success(), "{}", stderr(&table));
+    let text = String::from_utf8_lossy(&table.stdout).to_string();
+    let meta = text
+        .lines()
+        .find(|line| line.starts_with("meta "))
+        .unwrap_or_else(|| panic!("{text}"));
+    for cell in ["muse-spark-1.3", "team-a", "configured", "$0", "$2.5"] {
+        assert!(meta.contains(cell), "{cell}: {meta}");
+    }
+    assert!(text.contains("0 calls today"), "{text}");
+    assert!(text.contains("Provider health:\n  none"), "{text}");
+    assert!(
+        text.contains("Paused by the operator (HERMA_CONVERSATION_DISABLED_PROVIDERS): anthropic"),
+        "{text}"
+    );
+    let json = run(dir.path(), &["conversations", "budget", "--json"], &env);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value = herma_core::json::parse_strict(&json.stdout).unwrap();
+    assert_eq!(value["providers"].as_array().unwrap().len(), 5);
+    assert_eq!(value["providers"][0]["budget_usd"], "2.5");
+    assert_eq!(value["operator_disabled"][0], "anthropic");
+}
+
+#[test]
 fn conversations_show_names_a_bad_scope_and_a_missing_conversation() {
     let dir = tempfile::tempdir().unwrap();
     let bad = run(dir.path(), &["conversations", "show", "alice", "c1"], &[]);

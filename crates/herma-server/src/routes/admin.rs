@@ -92,3 +92,19 @@ pub async fn revoke_key(
     facts.admit(&state, Requirement::Admin).await?;
     Ok(Json(state.app.revoke_key(&key_id).await?))
 }
+
+/// The operator's summary of operator-funded turns: reserved dollars per provider against its
+/// ceiling, today's Ollama calls, shared provider health, upstream identity holds and paused
+/// providers. No caller, token count or transcript.
+#[utoipa::path(get, path = "/v1/admin/conversation-budget", tag = "admin",
+    responses((status = 200, body = herma_app::conversation_budget::BudgetSummary),
+        (status = 401, body = crate::openapi::ProblemBody),
+        (status = 403, body = crate::openapi::ProblemBody)),
+    security(("bearer" = []), ("api_key" = [])))]
+pub async fn conversation_budget(
+    State(state): State<AppState>,
+    facts: GateFacts,
+) -> ApiResult<Json<herma_app::conversation_budget::BudgetSummary>> {
+    facts.admit(&state, Requirement::Admin).await?;
+    Ok(Json(state.app.conversation_budget().await?))
+}

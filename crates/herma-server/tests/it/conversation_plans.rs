@@ -596,3 +596,74 @@ async fn an_invalid_account_alias_is_an_invalid_configuration() {
             .contains("HERMA_CONVERSATION_META_ACCOUNT_SCOPE")
     );
 }
+
+#[tokio::test]
+async fn the_admin_budget_summary_shows_aggregates_health_and_holds_only() {
+    const ADMIN: &str = "bootstrap-token-0123456789abcdef";
+    let s = shared(Backend::Sqlite).await;
+    let mut pairs: Vec<(&str, &str)> = s
+        .settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    pairs.push(("HERMA_ADMIN_TOKEN", ADMIN));
+    pairs.push(("HERMA_CONVERSATION_DISABLED_PROVIDERS", "[\"anthropic\"]"));
+    let app = spawn_app_with(s.stores.clone(), &pairs).await;
+    let [a, _] = &s.keys;
+    s.mock.answer([Answer::PaymentRequired]);
+    let paid = turn_as(&app, a, direct("meta", "secret-request-id")).await;
+    assert_eq!(paid["reason"], "provider_payment_required", "{paid}");
+
+    let refused = req(Method::GET, "/v1/admin/conversation-budget")
+        .key(a)
+        .send(&app)
+        .await;
+    assert_problem(&refused, StatusCode::FORBIDDEN, "admin_required");
+    let anonymous = req(Method::GET, "/v1/admin/conversation-budget")
+        .send(&app)
+        .await;
+    assert_eq!(anonymous.0, StatusCode::UNAUTHORIZED);
+
+    let got = req(Method::GET, "/v1/admin/conversation-budget")
+        .key(ADMIN)
+        .send(&app)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    let meta = got.2["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == "meta")
+        .unwrap()
+        .clone();
+    assert_eq!(meta["configured"], true);
+    assert_eq!(meta["budget_usd"], "5");
+    assert_eq!(meta["account_scope"], "operator");
+    // The 402 attempt was reserved and is never refunded on a guess.
+    assert_ne!(meta["reserved_usd"], "0", "{meta}");
+    let ollama = got.2["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == "ollama")
+        .unwrap()
+        .clone();
+    assert_eq!(ollama["calls_today"], 0);
+    assert_eq!(got.2["operator_disabled"], json!(["anthropic"]));
+    let scopes: Vec<&str> = got.2["resource_health"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scope"].as_str().unwrap())
+        .collect();
+    assert_eq!(scopes, ["provider_account", "provider_route"], "{}", got.2);
+    assert_eq!(got.2["resource_health"][0]["condition"], "credit_exhausted");
+    assert_eq!(
+        got.2["identity_cooldowns"][0]["resource"],
+        "identity:meta/muse-spark-1-3"
+    );
+    let text = got.2.to_string();
+    for private in [TestApp::key_id(a), "secret-request-id", "hello"] {
+        assert!(!text.contains(private), "{private} in {text}");
+    }
+}
