@@ -195,3 +195,17 @@ impl Backend for SqliteBackend {
         tx.rollback().await.map_err(backend)
     }
 }
+
+/// For tests that need a real database failure (a trigger that aborts a write, a dropped
+/// table): runs `sql` on the database file at `path` through its own connection.
+pub mod testing {
+    use sqlx::{Connection, Executor};
+
+    pub async fn execute(path: &str, sql: &str) -> Result<(), String> {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        conn.execute(sql).await.map_err(|e| e.to_string())?;
+        conn.close().await.map_err(|e| e.to_string())
+    }
+}

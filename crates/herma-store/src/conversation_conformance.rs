@@ -1203,7 +1203,13 @@ pub async fn health_limits_replace_only_older_ones_and_stale_successes_keep_them
     store: Arc<dyn Store>,
 ) {
     let resource = fresh_resource();
-    assert!(store.health(&[resource.clone()]).await.unwrap().is_empty());
+    assert!(
+        store
+            .health(std::slice::from_ref(&resource))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(store.limit(&limited(&resource, 10, 40)).await.unwrap());
     // An older observation does not replace a newer one.
     assert!(!store.limit(&limited(&resource, 5, 99)).await.unwrap());
@@ -1214,15 +1220,28 @@ pub async fn health_limits_replace_only_older_ones_and_stale_successes_keep_them
     };
     assert!(store.limit(&newer).await.unwrap());
     assert_eq!(
-        store.health(&[resource.clone()]).await.unwrap(),
-        [newer.clone()]
+        store.health(std::slice::from_ref(&resource)).await.unwrap(),
+        std::slice::from_ref(&newer)
     );
     assert!(store.all_health().await.unwrap().contains(&newer));
     // A success observed before the limit does not clear it; one after does.
     assert!(!store.clear_health(&resource, at(19)).await.unwrap());
-    assert_eq!(store.health(&[resource.clone()]).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .health(std::slice::from_ref(&resource))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(store.clear_health(&resource, at(20)).await.unwrap());
-    assert!(store.health(&[resource.clone()]).await.unwrap().is_empty());
+    assert!(
+        store
+            .health(std::slice::from_ref(&resource))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(!store.clear_health(&resource, at(30)).await.unwrap());
 }
 
@@ -1260,7 +1279,10 @@ pub async fn one_recovery_probe_per_resource_and_never_without_its_allowance(
             counter: counter.clone()
         }
     );
-    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [0]);
+    assert_eq!(
+        store.ledger(std::slice::from_ref(&counter)).await.unwrap(),
+        [0]
+    );
     assert_eq!(
         store
             .reserve_probe(&resource, "p1", at(160), at(40), &fits)
@@ -1268,8 +1290,11 @@ pub async fn one_recovery_probe_per_resource_and_never_without_its_allowance(
             .unwrap(),
         ProbeReservation::Admitted
     );
-    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [60]);
-    let stored = store.health(&[resource.clone()]).await.unwrap();
+    assert_eq!(
+        store.ledger(std::slice::from_ref(&counter)).await.unwrap(),
+        [60]
+    );
+    let stored = store.health(std::slice::from_ref(&resource)).await.unwrap();
     assert_eq!(stored[0].probe_id.as_deref(), Some("p1"));
     assert_eq!(stored[0].probe_until, Some(at(160)));
     // A second probe waits for the lease.
@@ -1280,7 +1305,10 @@ pub async fn one_recovery_probe_per_resource_and_never_without_its_allowance(
             .unwrap(),
         ProbeReservation::Held { until: at(160) }
     );
-    assert_eq!(store.ledger(&[counter.clone()]).await.unwrap(), [60]);
+    assert_eq!(
+        store.ledger(std::slice::from_ref(&counter)).await.unwrap(),
+        [60]
+    );
 }
 
 pub async fn an_expired_probe_is_replaced_once(store: Arc<dyn Store>) {

@@ -238,3 +238,25 @@ pub mod fixtures {
         json!({"id": id, "kind": "verb", "schema_or_body": "Run the migrations before the canary."})
     }
 }
+
+/// Stores over a SQLite file at `path` (created and migrated), for tests that inject real
+/// database failures into it with [`sqlite_execute`].
+pub async fn sqlite_stores_at(path: &str) -> Stores {
+    let store = Arc::new(
+        herma_store_sqlite::open_migrated(path)
+            .await
+            .expect("sqlite"),
+    );
+    Stores {
+        store: store.clone(),
+        governed: GovernedPorts::uniform(store),
+    }
+}
+
+/// Runs `sql` on the SQLite file at `path` through its own connection (a trigger that aborts a
+/// write, a dropped table).
+pub async fn sqlite_execute(path: &str, sql: &str) {
+    herma_store_sqlite::testing::execute(path, sql)
+        .await
+        .expect("the injected SQL runs");
+}

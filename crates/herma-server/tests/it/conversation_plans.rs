@@ -54,7 +54,23 @@ async fn plans(
     budgets: (&str, &str),
     extra: &[(&str, &str)],
 ) -> Plans {
-    let stores = fresh_stores(backend).await;
+    plans_on(
+        fresh_stores(backend).await,
+        grant,
+        plan_extra,
+        budgets,
+        extra,
+    )
+    .await
+}
+
+async fn plans_on(
+    stores: herma_test_support::Stores,
+    grant: Value,
+    plan_extra: Value,
+    budgets: (&str, &str),
+    extra: &[(&str, &str)],
+) -> Plans {
     let meta = MockProvider::start(Kind::Meta).await;
     let openai = MockProvider::start(Kind::Openai).await;
     let first = spawn_app_with(stores.clone(), &[]).await;
@@ -666,4 +682,84 @@ async fn the_admin_budget_summary_shows_aggregates_health_and_holds_only() {
     for private in [TestApp::key_id(a), "secret-request-id", "hello"] {
         assert!(!text.contains(private), "{private} in {text}");
     }
+}
+
+/// A plan turn with both halves of the uncertainty grant over a SQLite file that `fault` (SQL)
+/// breaks once the server has started.
+async fn faulty(fault: &str) -> (Plans, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("herma.db");
+    let path = path.to_str().unwrap().to_owned();
+    let stores = herma_test_support::sqlite_stores_at(&path).await;
+    let p = plans_on(
+        stores,
+        json!({"allow_uncertain_failover": true}),
+        json!({"allow_uncertain_outcome": true}),
+        ("5", "5"),
+        &[],
+    )
+    .await;
+    herma_test_support::sqlite_execute(&path, fault).await;
+    (p, dir)
+}
+
+#[tokio::test]
+async fn a_failed_reservation_is_unknown_and_stops_even_under_an_uncertainty_grant() {
+    let (p, _dir) = faulty(
+        "CREATE TRIGGER injected BEFORE UPDATE ON conversation_ledger
+         WHEN NEW.counter = 'provider:meta' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .await;
+    let got = turn(&p, planned("r1", 0)).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    assert_eq!(outcomes(&got.2), ["storage_or_coordination_unavailable"]);
+    assert_eq!(got.2["attempts"][0]["reservation_status"], "unknown");
+    assert_eq!(got.2["attempts"][0]["request_sent"], false);
+    assert_eq!((p.meta.calls(), p.openai.calls()), (0, 0));
+}
+
+#[tokio::test]
+async fn a_failed_health_read_stops_the_turn_before_anything_is_reserved() {
+    let (p, _dir) = faulty("DROP TABLE conversation_health;").await;
+    let got = turn(&p, planned("r1", 0)).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    assert_eq!(outcomes(&got.2), ["storage_or_coordination_unavailable"]);
+    assert_eq!(got.2["attempts"][0]["reservation_status"], "not_reserved");
+    assert_eq!((p.meta.calls(), p.openai.calls()), (0, 0));
+}
+
+#[tokio::test]
+async fn a_failed_health_write_after_a_call_keeps_its_result() {
+    let (p, _dir) = faulty(
+        "CREATE TRIGGER injected BEFORE INSERT ON conversation_health
+         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .await;
+    p.meta.answer([Answer::RateLimited { retry_after: 30 }]);
+    p.openai.answer([review_call()]);
+    let got = turn(&p, planned("r1", 0)).await;
+    assert_eq!(got.2["status"], "ready", "{}", got.2);
+    assert_eq!(outcomes(&got.2), ["provider_rate_limited", "completed"]);
+    assert_eq!(got.2["attempts"][0]["health_settlement"], "failed");
+    assert!(got.2["attempts"][1].get("health_settlement").is_none());
+}
+
+#[tokio::test]
+async fn a_failed_final_commit_is_503_and_the_turn_stays_active() {
+    let (p, _dir) = faulty(
+        "CREATE TRIGGER injected BEFORE UPDATE ON conversation_turns
+         WHEN NEW.status = 'sealed' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .await;
+    p.meta.answer([review_call()]);
+    let got = turn(&p, planned("r1", 0)).await;
+    assert_problem(&got, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    let seen = view(&p).await;
+    assert_eq!(seen["active_request_id"], "r1", "{seen}");
+    assert_eq!(seen["recent_turns"][0]["status"], "active");
+    assert_eq!(
+        seen["recent_turns"][0]["attempts"][0]["outcome"],
+        "completed"
+    );
+    assert_eq!(p.meta.calls(), 1);
 }
