@@ -196,7 +196,7 @@ fn init_logging(settings: &Settings) {
 /// unchanged starters keep their versions).
 async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     let shown = settings.database.redacted();
-    let connected = wiring::connect(&settings.database)
+    let connected = wiring::connect(&settings.database, settings.database_pool_size)
         .await
         .map_err(|e| Failure::runtime(format!("cannot open the database {shown}: {e}")))?;
     let applied = connected

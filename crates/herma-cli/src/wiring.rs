@@ -19,7 +19,7 @@ use herma_store::{Store, StoreError, SystemClock};
 
 /// Connects to the database named by `url` (not yet migrated).
 pub async fn connect_store(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(connect(url).await?.store)
+    Ok(connect(url, 2).await?.store)
 }
 
 /// One database behind both the store and the governed ports.
@@ -28,8 +28,9 @@ pub struct Connected {
     pub governed: GovernedPorts,
 }
 
-/// Connects to the database named by `url` (not yet migrated), for records and governed calls.
-pub async fn connect(url: &DatabaseUrl) -> Result<Connected, StoreError> {
+/// Connects to the database named by `url` (not yet migrated), for records and governed calls;
+/// a PostgreSQL pool keeps at most `pool_size` connections.
+pub async fn connect(url: &DatabaseUrl, pool_size: u64) -> Result<Connected, StoreError> {
     Ok(match url {
         DatabaseUrl::Sqlite(path) => {
             let store = Arc::new(herma_store_sqlite::open(path).await?);
@@ -39,7 +40,13 @@ pub async fn connect(url: &DatabaseUrl) -> Result<Connected, StoreError> {
             }
         }
         DatabaseUrl::Postgres(url) => {
-            let store = Arc::new(herma_store_postgres::connect(url.expose()).await?);
+            let store = Arc::new(
+                herma_store_postgres::connect_pooled(
+                    url.expose(),
+                    u32::try_from(pool_size).unwrap_or(u32::MAX),
+                )
+                .await?,
+            );
             Connected {
                 store: store.clone(),
                 governed: GovernedPorts::uniform(store),

@@ -30,9 +30,17 @@ const MIGRATION_LOCK: i64 = 0x4845_524d_4100; // "HERMA"
 
 /// Connects to `url`. Does not migrate.
 pub async fn connect(url: &str) -> StoreResult<PgStore> {
+    connect_pooled(url, DEFAULT_POOL_SIZE).await
+}
+
+/// The connections one store keeps at most unless told otherwise.
+pub const DEFAULT_POOL_SIZE: u32 = 16;
+
+/// [`connect`] keeping at most `pool_size` connections.
+pub async fn connect_pooled(url: &str, pool_size: u32) -> StoreResult<PgStore> {
     let options = PgConnectOptions::from_str(url)
         .map_err(|e| StoreError::Backend(format!("invalid PostgreSQL URL: {e}")))?;
-    connect_with(options).await
+    connect_with(options, pool_size).await
 }
 
 /// Connects with every session's `search_path` set to `schema`, creating the schema if it does
@@ -64,12 +72,16 @@ pub async fn connect_in_schema(url: &str, schema: &str) -> StoreResult<PgStore> 
         .map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     bootstrap.close().await;
-    connect_with(options.options([("search_path", schema)])).await
+    connect_with(
+        options.options([("search_path", schema)]),
+        DEFAULT_POOL_SIZE,
+    )
+    .await
 }
 
-async fn connect_with(options: PgConnectOptions) -> StoreResult<PgStore> {
+async fn connect_with(options: PgConnectOptions, pool_size: u32) -> StoreResult<PgStore> {
     let pool = PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(pool_size.max(1))
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(options)
         .await

@@ -1,7 +1,9 @@
 //! The conversation-turn harness: Herma's own cost of one typed-conversation turn, the provider
 //! excluded (a local Meta stand-in in this process answers instantly), on SQLite and on
 //! PostgreSQL; turn admissions per second at concurrency 8; and the microdollars reserved past
-//! a budget when 64 turns race for it (must be 0).
+//! a budget when 64 turns race for it (must be 0); and on PostgreSQL, 1,000 concurrent turns
+//! from 50 callers through two `herma serve` processes on one database against a ceiling that
+//! admits exactly 400 (admitted must be 400, microdollars over 0).
 //!
 //! ```sh
 //! cargo build --release -p herma-cli -p herma-bench
@@ -31,6 +33,10 @@ fn serve(herma: &Path, env: &[(String, String)]) -> Result<Gateway> {
 
 /// Keys with the contract, on `database`; returns the keys.
 fn prepare(herma: &Path, dir: &Path, database: &str) -> Result<Vec<String>> {
+    prepare_keys(herma, dir, database, KEYS)
+}
+
+fn prepare_keys(herma: &Path, dir: &Path, database: &str, count: usize) -> Result<Vec<String>> {
     run_cli(herma, &["migrate"], database)?;
     let contract = json!({"id": "work.review", "kind": "verb", "title": "Schedule a review", "schema_or_body": {"work_contract": {
         "operation_id": "schedule_review", "category_id": "review", "description": "Schedule a review of one document.",
@@ -39,7 +45,7 @@ fn prepare(herma: &Path, dir: &Path, database: &str) -> Result<Vec<String>> {
     let file = dir.join("contract.jsonl");
     std::fs::write(&file, format!("{contract}\n")).map_err(|e| e.to_string())?;
     let mut keys = Vec::new();
-    for _ in 0..KEYS {
+    for _ in 0..count {
         let key: Value = serde_json::from_str(&run_cli(
             herma,
             &["keys", "create", "--scope", "route", "--json"],
@@ -243,6 +249,77 @@ async fn over_the_ceiling(herma: &Path, database: &str, dir: &Path) -> Result<(u
     Ok((admitted, reserved - ceiling))
 }
 
+/// 1,000 concurrent turns from 50 callers through two processes on one database (`database`
+/// fresh), against a ceiling of exactly `admit` reservations: (admitted, budget-denied, µ$
+/// reserved past the ceiling). A turn refused because its caller already has two active turns
+/// is sent again (that limit is the caller's, not the ceiling's).
+async fn two_processes(
+    herma: &Path,
+    probe_database: &str,
+    database: &str,
+    dir: &Path,
+    admit: i128,
+) -> Result<(usize, usize, i128)> {
+    const CALLERS: usize = 50;
+    const TURNS: usize = 1000;
+    let mock = MockProvider::start(Kind::Meta).await;
+    let client = reqwest::Client::new();
+    let probe_keys = prepare_keys(herma, dir, probe_database, 1)?;
+    let probe = serve(
+        herma,
+        &settings(probe_database, &mock, &probe_keys, "1000000"),
+    )?;
+    let (_, answer) = post(&client, &probe.base, &probe_keys[0], &body("probe")).await?;
+    drop(probe);
+    let per_turn = answer["attempts"][0]["reservation_ceiling_usd"]
+        .as_str()
+        .and_then(micros_of)
+        .ok_or("no reservation")?;
+    let ceiling = per_turn * admit;
+    let budget = format!("{}.{:06}", ceiling / 1_000_000, ceiling % 1_000_000);
+    let keys = prepare_keys(herma, dir, database, CALLERS)?;
+    let env = settings(database, &mock, &keys, &budget);
+    let gateways = [serve(herma, &env)?, serve(herma, &env)?];
+    let mut tasks = Vec::new();
+    for i in 0..TURNS {
+        let client = client.clone();
+        let base = gateways[i % 2].base.clone();
+        let key = keys[i % CALLERS].clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let (status, answer) =
+                    post(&client, &base, &key, &body(&format!("two-{i}"))).await?;
+                if status == 429 && answer["reason"] == "active_turns" {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                return Ok::<(u16, Value), String>((status, answer));
+            }
+        }));
+    }
+    let (mut admitted, mut denied) = (0, 0);
+    for task in tasks {
+        let (status, answer) = task.await.map_err(|e| e.to_string())??;
+        match (status, answer["reason"].as_str()) {
+            (200, _) => admitted += 1,
+            (429, Some("provider_budget_denied")) => denied += 1,
+            _ => return Err(format!("a turn answered {status}: {answer}")),
+        }
+    }
+    drop(gateways);
+    let summary: Value = serde_json::from_str(&run_cli(
+        herma,
+        &["conversations", "budget", "--json"],
+        database,
+    )?)
+    .map_err(|e| e.to_string())?;
+    let reserved = summary["providers"][0]["reserved_usd"]
+        .as_str()
+        .and_then(micros_of)
+        .ok_or("no reserved dollars")?;
+    Ok((admitted, denied, reserved - ceiling))
+}
+
 /// `1.2345` dollars as microdollars, digit by digit (no float near money).
 fn micros_of(usd: &str) -> Option<i128> {
     let (whole, fraction) = usd.split_once('.').unwrap_or((usd, ""));
@@ -326,10 +403,28 @@ async fn main() -> Result<()> {
         let (admitted, over) =
             over_the_ceiling(&herma, &format!("{base}/herma_turns_race"), dir.path()).await?;
         row("PostgreSQL", &f, admitted, over);
+        eprintln!("1,000 turns from 50 callers through two processes…");
+        for name in ["herma_turns_two_probe", "herma_turns_two"] {
+            psql(&url, &format!("drop database if exists \"{name}\""))?;
+            psql(&url, &format!("create database \"{name}\""))?;
+        }
+        let (admitted, denied, over) = two_processes(
+            &herma,
+            &format!("{base}/herma_turns_two_probe"),
+            &format!("{base}/herma_turns_two"),
+            dir.path(),
+            400,
+        )
+        .await?;
+        println!(
+            "\n1,000 concurrent turns from 50 callers through two processes on one PostgreSQL, a ceiling of exactly 400 reservations: {admitted} admitted, {denied} denied by the budget, {over} µ$ reserved past the ceiling\n"
+        );
         for name in [
             "herma_turns_bench",
             "herma_turns_race",
             "herma_turns_race-race",
+            "herma_turns_two_probe",
+            "herma_turns_two",
         ] {
             let _ = psql(&url, &format!("drop database if exists \"{name}\""));
         }

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod processes;
+
 const HERMA: &str = env!("CARGO_BIN_EXE_herma");
 
 /// `herma …` in `dir` with no HERMA_* settings but `env`.

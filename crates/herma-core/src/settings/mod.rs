@@ -37,6 +37,8 @@ use read::Reader;
 pub struct Settings {
     pub bind: SocketAddr,
     pub database: DatabaseUrl,
+    /// PostgreSQL connections this process keeps at most.
+    pub database_pool_size: u64,
     pub admin_token: Option<Secret>,
     pub edge_secret: Option<Secret>,
     /// Bearer token `GET /metrics` requires, when set.
@@ -114,6 +116,7 @@ impl Settings {
 
         let bind = r.get(&BIND);
         let database = r.get(&DATABASE_URL);
+        let database_pool_size = r.get(&DATABASE_POOL_SIZE);
         let admin_token = r.get(&ADMIN_TOKEN);
         let edge_secret = r.get(&EDGE_SECRET);
         let metrics_token = r.get(&METRICS_TOKEN);
@@ -184,6 +187,7 @@ impl Settings {
         Self {
             bind,
             database,
+            database_pool_size,
             admin_token,
             edge_secret,
             metrics_token,

@@ -40,6 +40,15 @@ pub const DATABASE_URL: Setting<Database> = Setting {
     },
     doc: "Where records live: a SQLite file (embedded, WAL) or PostgreSQL, which many instances can share (`--database`).",
 };
+pub const DATABASE_POOL_SIZE: Setting<Number> = Setting {
+    name: "HERMA_DATABASE_POOL_SIZE",
+    kind: Number {
+        default: 16,
+        min: 1,
+        max: 1000,
+    },
+    doc: "PostgreSQL connections one process keeps at most; N processes need N times this below the server's `max_connections` (`docs/operations.md`). SQLite ignores it.",
+};
 pub const PUBLIC_URL: Setting<BaseUrl> = Setting {
     name: "HERMA_PUBLIC_URL",
     kind: BaseUrl,
@@ -347,6 +356,7 @@ pub const GROUPS: &[Group] = &[
         settings: &[
             &BIND,
             &DATABASE_URL,
+            &DATABASE_POOL_SIZE,
             &PUBLIC_URL,
             &MAX_BODY_BYTES,
             &LOG,
