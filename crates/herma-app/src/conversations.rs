@@ -683,7 +683,7 @@ impl App {
         };
         let probed = match health::gate(&records, &resources, now, run.recovery) {
             Gate::Clear => None,
-            Gate::Skip(skip) => return self.health_skip(run, n, record, &skip, now).await,
+            Gate::Skip { skip } => return self.health_skip(run, n, record, &skip, now).await,
             Gate::ExpireProbe {
                 probe_id,
                 record: replaced,

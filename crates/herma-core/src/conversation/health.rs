@@ -40,13 +40,16 @@ pub const PROBE_LEASE_MS: i64 = 120_000;
 pub const DEFAULT_ACCOUNT: &str = "operator";
 
 /// What a provider-health record limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum HealthScope {
     /// One provider, operator account alias and model.
+    #[serde(rename = "provider_route")]
     Route,
     /// A provider account across every model (credit exhaustion, HTTP 402).
+    #[serde(rename = "provider_account")]
     Account,
     /// An upstream model identity against other routes to it (H17).
+    #[serde(rename = "upstream_model_identity")]
     UpstreamModelIdentity,
 }
 
@@ -72,7 +75,8 @@ impl HealthScope {
 
 /// One limited provider resource, shared by every process on the database. Only normalized
 /// seconds and fixed labels are kept: no header text, no provider message, no caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HealthRecord {
     /// `route:<provider>:<account>:<model>`, `account:<provider>:<account>` or
     /// `identity:<vendor/model>`.
@@ -169,7 +173,7 @@ impl SkipReason {
 }
 
 /// A recorded skip: nothing reserved, nothing sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skip {
     pub outcome: AttemptOutcome,
     pub reason: SkipReason,
@@ -181,11 +185,14 @@ pub struct Skip {
 }
 
 /// What the records say before an attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Gate {
     /// Nothing limits it: reserve and send.
     Clear,
-    Skip(Skip),
+    Skip {
+        skip: Skip,
+    },
     /// Reserve as this resource's one recovery probe.
     Probe {
         resource: String,
@@ -251,7 +258,9 @@ pub fn gate(
         && hold.until > now
         && !hold.origin.starts_with(resources.provider_prefix())
     {
-        return Gate::Skip(skip(hold, SkipReason::IdentityHeld, hold.until));
+        return Gate::Skip {
+            skip: skip(hold, SkipReason::IdentityHeld, hold.until),
+        };
     }
     // The account first: a blocked account covers every route of it.
     if let Some(record) = find(&resources.account).or_else(|| find(&resources.route)) {
@@ -276,24 +285,28 @@ pub fn gate(
                     skip,
                 };
             }
-            return Gate::Skip(skip(
-                record,
-                SkipReason::ProbeInFlight,
-                lease.max(record.until),
-            ));
+            return Gate::Skip {
+                skip: skip(record, SkipReason::ProbeInFlight, lease.max(record.until)),
+            };
         }
         if record.until > now {
-            return Gate::Skip(skip(record, SkipReason::Cooldown, record.until));
+            return Gate::Skip {
+                skip: skip(record, SkipReason::Cooldown, record.until),
+            };
         }
         if !recovery.allow_probe {
-            return Gate::Skip(skip(record, SkipReason::RecoveryPaused, record.until));
+            return Gate::Skip {
+                skip: skip(record, SkipReason::RecoveryPaused, record.until),
+            };
         }
         if condition_of(&record.condition) == Condition::Uncertain && !recovery.uncertain {
-            return Gate::Skip(skip(
-                record,
-                SkipReason::UncertainRecoveryNotGranted,
-                record.until,
-            ));
+            return Gate::Skip {
+                skip: skip(
+                    record,
+                    SkipReason::UncertainRecoveryNotGranted,
+                    record.until,
+                ),
+            };
         }
         return Gate::Probe {
             resource: record.resource.clone(),
@@ -303,7 +316,7 @@ pub fn gate(
 }
 
 /// What an attempt writes to health.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settlement {
     /// Limits to record (each replaces only an older one).
     pub limits: Vec<HealthRecord>,

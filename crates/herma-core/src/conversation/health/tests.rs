@@ -73,7 +73,7 @@ fn h17_a_rate_limit_holds_the_upstream_model_against_other_credentials() {
     }
     // Another credential for the same model is held…
     match gate(&settled.limits, &openrouter(), at(10), OPEN) {
-        Gate::Skip(skip) => {
+        Gate::Skip { skip } => {
             assert_eq!(skip.outcome, AttemptOutcome::ProviderIdentityCooldown);
             assert_eq!(skip.reason, SkipReason::IdentityHeld);
             assert_eq!(skip.scope, HealthScope::UpstreamModelIdentity);
@@ -83,7 +83,7 @@ fn h17_a_rate_limit_holds_the_upstream_model_against_other_credentials() {
     }
     // …the limited route keeps its own cooldown and then its one probe…
     match gate(&settled.limits, &openai(), at(10), OPEN) {
-        Gate::Skip(skip) => {
+        Gate::Skip { skip } => {
             assert_eq!(skip.outcome, AttemptOutcome::ProviderRateLimited);
             assert_eq!(skip.reason, SkipReason::Cooldown);
             assert_eq!(skip.scope, HealthScope::Route);
@@ -129,7 +129,7 @@ fn credit_exhaustion_blocks_the_account_across_models_for_five_minutes() {
     assert!(settled.limits.iter().all(|r| r.source == "backoff"));
     let another_model = Resources::of(Provider::Openai, DEFAULT_ACCOUNT, "gpt-y");
     match gate(&settled.limits, &another_model, at(100), OPEN) {
-        Gate::Skip(skip) => {
+        Gate::Skip { skip } => {
             assert_eq!(skip.scope, HealthScope::Account);
             assert_eq!(skip.outcome, AttemptOutcome::ProviderPaymentRequired);
         }
@@ -205,7 +205,7 @@ fn a_lease_out_skips_and_a_passed_lease_becomes_uncertain_once() {
     record.probe_until = Some(at(131));
     record.probe_id = Some("p1".into());
     match gate(std::slice::from_ref(&record), &openai(), at(60), OPEN) {
-        Gate::Skip(skip) => {
+        Gate::Skip { skip } => {
             assert_eq!(skip.reason, SkipReason::ProbeInFlight);
             assert_eq!(skip.next_eligible_at, at(131));
         }
@@ -227,7 +227,7 @@ fn a_lease_out_skips_and_a_passed_lease_becomes_uncertain_once() {
             // Recovery from uncertain needs both halves of the uncertainty grant.
             let stored = [replaced];
             match gate(&stored, &openai(), at(191), OPEN) {
-                Gate::Skip(skip) => {
+                Gate::Skip { skip } => {
                     assert_eq!(skip.reason, SkipReason::UncertainRecoveryNotGranted)
                 }
                 other => panic!("{other:?}"),
@@ -258,7 +258,82 @@ fn a_plan_may_pause_recovery() {
         uncertain: true,
     };
     match gate(&limits, &openai(), at(60), paused) {
-        Gate::Skip(skip) => assert_eq!(skip.reason, SkipReason::RecoveryPaused),
+        Gate::Skip { skip } => assert_eq!(skip.reason, SkipReason::RecoveryPaused),
         other => panic!("{other:?}"),
+    }
+}
+
+fn fixtures() -> serde_json::Value {
+    crate::json::parse_strict(
+        include_str!("../../../../../parity/conversation_health.json").as_bytes(),
+    )
+    .expect("the fixture parses strictly")
+}
+
+fn resources_of(case: &serde_json::Value) -> Resources {
+    let provider = Provider::parse(case["provider"].as_str().unwrap()).unwrap();
+    Resources::of(
+        provider,
+        case["account"].as_str().unwrap(),
+        case["model"].as_str().unwrap(),
+    )
+}
+
+fn records_of(case: &serde_json::Value) -> Vec<HealthRecord> {
+    serde_json::from_value(case["records"].clone()).expect("records")
+}
+
+fn time_of(value: &serde_json::Value) -> Timestamp {
+    Timestamp::parse_rfc3339(value.as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn gate_fixtures_decide_as_stated() {
+    let fixtures = fixtures();
+    let cases = fixtures["gate"].as_array().unwrap();
+    assert!(cases.len() >= 10);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let recovery = Recovery {
+            allow_probe: case["recovery"]["allow_probe"].as_bool().unwrap(),
+            uncertain: case["recovery"]["uncertain"].as_bool().unwrap(),
+        };
+        let got = gate(
+            &records_of(case),
+            &resources_of(case),
+            time_of(&case["now"]),
+            recovery,
+        );
+        assert_eq!(serde_json::to_value(&got).unwrap(), case["gate"], "{name}");
+    }
+}
+
+#[test]
+fn settle_fixtures_write_as_stated() {
+    let fixtures = fixtures();
+    let cases = fixtures["settle"].as_array().unwrap();
+    assert!(cases.len() >= 7);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let outcome: AttemptOutcome = serde_json::from_value(case["outcome"].clone()).unwrap();
+        let guidance: Vec<(String, String)> =
+            serde_json::from_value(case["guidance"].clone()).unwrap();
+        let provider = Provider::parse(case["provider"].as_str().unwrap()).unwrap();
+        let finished = Finished {
+            provider,
+            model: case["model"].as_str().unwrap(),
+            outcome,
+            diagnostics: None,
+            guidance: &guidance,
+            started_at: time_of(&case["started_at"]),
+            now: time_of(&case["now"]),
+            probed: case["probed"].as_str(),
+        };
+        let got = settle(&finished, &resources_of(case), &records_of(case));
+        assert_eq!(
+            serde_json::to_value(&got).unwrap(),
+            case["settlement"],
+            "{name}"
+        );
     }
 }
