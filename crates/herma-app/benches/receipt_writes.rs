@@ -51,6 +51,7 @@ fn bench(c: &mut Criterion) {
             upstream_headers_micros: Some(120),
             total_micros: Some(150),
         },
+        stream_end: None,
         error: None,
         created_at: Timestamp::from_millis(1),
     };

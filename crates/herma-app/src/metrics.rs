@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use herma_core::model::ReceiptAction;
+use herma_core::model::{ReceiptAction, StreamEnd};
+use herma_core::wire::Protocol;
 use herma_core::{Problem, ProblemCode};
 
 use crate::App;
@@ -141,6 +142,43 @@ pub struct Metrics {
     embeds: Histogram,
     /// Tier 3: classifier outcomes, by `CLASSIFIER_OUTCOMES` index.
     classifier: [AtomicU64; 5],
+    /// How forwarded response bodies ended, by protocol and end.
+    pub stream_ends: Arc<StreamEnds>,
+}
+
+/// Forwarded response bodies by protocol and how they ended (`herma_proxy_response_ends_total`).
+#[derive(Default)]
+pub struct StreamEnds([[AtomicU64; 5]; 3]);
+
+const PROTOCOLS: [Protocol; 3] = [
+    Protocol::ChatCompletions,
+    Protocol::Responses,
+    Protocol::Messages,
+];
+
+impl StreamEnds {
+    pub fn record(&self, protocol: Protocol, end: StreamEnd) {
+        let p = PROTOCOLS.iter().position(|known| *known == protocol);
+        let e = StreamEnd::ALL.iter().position(|known| *known == end);
+        if let (Some(p), Some(e)) = (p, e) {
+            self.0[p][e].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        out.push_str("# HELP herma_proxy_response_ends_total Forwarded response bodies by protocol and how they ended: completed, upstream_closed_early (a stream without its last event), idle_timeout, upstream_error, client_gone.\n# TYPE herma_proxy_response_ends_total counter\n");
+        for (protocol, row) in PROTOCOLS.iter().zip(&self.0) {
+            for (end, count) in StreamEnd::ALL.iter().zip(row) {
+                let _ = writeln!(
+                    out,
+                    "herma_proxy_response_ends_total{{protocol=\"{}\",end=\"{}\"}} {}",
+                    protocol.as_str(),
+                    end.as_str(),
+                    count.load(Ordering::Relaxed)
+                );
+            }
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -151,6 +189,7 @@ impl Default for Metrics {
             added: RwLock::default(),
             embeds: Histogram::new(&LATENCY_BUCKETS),
             classifier: Default::default(),
+            stream_ends: Arc::default(),
         }
     }
 }
@@ -288,6 +327,7 @@ impl Metrics {
                 count.load(Ordering::Relaxed)
             );
         }
+        self.stream_ends.render(out);
     }
 }
 

@@ -256,6 +256,7 @@ mod tests {
             upstream_status: Some(200),
             usage: None,
             timings: Timings::default(),
+            stream_end: None,
             error: None,
             created_at: Timestamp::from_millis(n as i64),
         }

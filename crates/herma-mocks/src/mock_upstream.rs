@@ -216,11 +216,15 @@ async fn handle(
         .get("x-mock-gap-ms")
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .map(Duration::from_millis);
-    let events = if chunks > 0 {
+    let mut events = if chunks > 0 {
         kind.many_deltas(&model, chunks)
     } else {
         events
     };
+    if scenario == "cut" {
+        // The connection closes cleanly halfway: no protocol-level end.
+        events.truncate(events.len() / 2);
+    }
     let hold = (scenario == "hold").then(|| shared.hold.clone());
     let fail_midway = scenario == "error_event";
     let stream = async_stream(

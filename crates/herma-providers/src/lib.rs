@@ -178,13 +178,7 @@ impl Upstream for HttpUpstream {
                 match tokio::time::timeout(idle, chunks.next()).await {
                     Ok(Some(item)) => Some((item, (chunks, false))),
                     Ok(None) => None,
-                    Err(_) => Some((
-                        Err(UpstreamError::Body(format!(
-                            "no data for {} s",
-                            idle.as_secs()
-                        ))),
-                        (chunks, true),
-                    )),
+                    Err(_) => Some((Err(UpstreamError::Timeout(idle)), (chunks, true))),
                 }
             },
         );

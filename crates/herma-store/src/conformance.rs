@@ -586,6 +586,7 @@ fn receipt(scope: &CallerScope, id: &str, created: i64) -> InjectionReceipt {
             upstream_headers_micros: Some(40),
             total_micros: None,
         },
+        stream_end: None,
         error: None,
         created_at: at(created),
     }

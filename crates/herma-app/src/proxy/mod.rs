@@ -186,6 +186,7 @@ impl App {
                 upstream_headers_micros: None,
                 total_micros: None,
             },
+            stream_end: None,
             error: None,
             created_at: self.clock.now(),
         };
@@ -277,6 +278,8 @@ impl App {
             memory,
             captured: Vec::new(),
             streaming,
+            protocol,
+            ends: self.metrics.stream_ends.clone(),
         };
 
         Ok(ProxyReply::Upstream {

@@ -8,11 +8,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use herma_core::model::ReceiptBody;
+use herma_core::model::{ReceiptBody, StreamEnd};
+use herma_core::wire::Protocol;
 use herma_core::wire::usage::UsageObserver;
 use herma_providers::{BodyStream, UpstreamError};
 
 use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
+use crate::metrics::StreamEnds;
 use crate::receipts::ReceiptWriter;
 
 /// Microseconds since `since`.
@@ -22,7 +24,9 @@ pub(crate) fn elapsed_micros(since: Instant) -> u64 {
 
 /// The upstream body on its way to the client: every chunk passes through untouched while the
 /// usage observer reads it; at the end — or when the client goes away and the stream is
-/// dropped, which also closes the upstream connection — the receipt is sealed and queued.
+/// dropped, which also closes the upstream connection — the receipt is sealed and queued with
+/// how the body ended ([`StreamEnd`]), which `/metrics` counts and the log names when it was not
+/// `completed`.
 pub(super) struct ObservedBody {
     pub(super) inner: BodyStream,
     pub(super) observer: Option<UsageObserver>,
@@ -32,13 +36,26 @@ pub(super) struct ObservedBody {
     pub(super) memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
     pub(super) captured: Vec<u8>,
     pub(super) streaming: bool,
+    pub(super) protocol: Protocol,
+    pub(super) ends: Arc<StreamEnds>,
 }
 
 impl ObservedBody {
-    fn finish(&mut self) {
+    fn finish(&mut self, end: StreamEnd) {
         if let Some((mut receipt, id, received)) = self.pending.take() {
             receipt.usage = self.observer.take().and_then(UsageObserver::finish);
             receipt.timings.total_micros = Some(elapsed_micros(received));
+            receipt.stream_end = Some(end);
+            self.ends.record(self.protocol, end);
+            if end != StreamEnd::Completed {
+                tracing::warn!(
+                    receipt = %id,
+                    protocol = self.protocol.as_str(),
+                    end = end.as_str(),
+                    streaming = self.streaming,
+                    "a forwarded response ended before it was whole"
+                );
+            }
             self.writer.submit_detached(receipt.seal(id));
         }
         if let Some((memory, mut turn)) = self.memory.take() {
@@ -67,11 +84,19 @@ impl Stream for ObservedBody {
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(err))) => {
-                this.finish();
+                this.finish(match err {
+                    UpstreamError::Timeout(_) => StreamEnd::IdleTimeout,
+                    _ => StreamEnd::UpstreamError,
+                });
                 Poll::Ready(Some(Err(err)))
             }
             Poll::Ready(None) => {
-                this.finish();
+                let whole = this.observer.as_ref().is_none_or(UsageObserver::ended);
+                this.finish(if whole {
+                    StreamEnd::Completed
+                } else {
+                    StreamEnd::UpstreamClosedEarly
+                });
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -80,7 +105,8 @@ impl Stream for ObservedBody {
 }
 
 impl Drop for ObservedBody {
+    /// Dropped before its end: the client went away (a finished body was sealed already).
     fn drop(&mut self) {
-        self.finish();
+        self.finish(StreamEnd::ClientGone);
     }
 }

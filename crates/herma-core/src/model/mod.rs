@@ -17,7 +17,7 @@ pub use provision::{
     ProvisionSpec, SemanticTrigger, TriggerMode, Triggers, Unit,
 };
 pub use receipt::{
-    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, Tier, Timings,
+    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier, Timings,
 };
 
 use crate::problem::{FieldError, Problem};

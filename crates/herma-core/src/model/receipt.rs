@@ -101,6 +101,43 @@ pub struct Timings {
     pub total_micros: Option<u64>,
 }
 
+/// How a forwarded response's body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEnd {
+    /// The whole body was relayed (a stream through its protocol's last event).
+    Completed,
+    /// The upstream closed a stream before its protocol's last event.
+    UpstreamClosedEarly,
+    /// The upstream sent nothing for `HERMA_UPSTREAM_IDLE_TIMEOUT_MS`.
+    IdleTimeout,
+    /// The upstream connection failed mid-body.
+    UpstreamError,
+    /// The client went away before the body ended (the upstream connection was closed too).
+    ClientGone,
+}
+
+impl StreamEnd {
+    pub const ALL: [StreamEnd; 5] = [
+        StreamEnd::Completed,
+        StreamEnd::UpstreamClosedEarly,
+        StreamEnd::IdleTimeout,
+        StreamEnd::UpstreamError,
+        StreamEnd::ClientGone,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StreamEnd::Completed => "completed",
+            StreamEnd::UpstreamClosedEarly => "upstream_closed_early",
+            StreamEnd::IdleTimeout => "idle_timeout",
+            StreamEnd::UpstreamError => "upstream_error",
+            StreamEnd::ClientGone => "client_gone",
+        }
+    }
+}
+
 /// The canonical content a receipt's digest covers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -125,6 +162,9 @@ pub struct ReceiptBody {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub usage: Option<Value>,
     pub timings: Timings,
+    /// How the forwarded response's body ended, when one was relayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_end: Option<StreamEnd>,
     /// When Herma could not complete the request: the problem code it answered with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<crate::problem::ProblemCode>,
@@ -196,6 +236,7 @@ mod tests {
             upstream_status: None,
             usage: None,
             timings: Timings::default(),
+            stream_end: None,
             error: None,
             created_at: Timestamp::from_millis(5),
         }

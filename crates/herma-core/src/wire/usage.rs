@@ -35,6 +35,23 @@ pub struct UsageObserver {
     json: Vec<u8>,
     overflowed: bool,
     usage: Option<Map<String, Value>>,
+    /// The protocol's last event of a stream arrived ([`ends_stream`]).
+    ended: bool,
+}
+
+/// Whether `event` is the protocol's last event of a complete stream: Chat Completions'
+/// `data: [DONE]`, Responses' `response.completed`, `response.incomplete` or `response.failed`,
+/// Messages' `message_stop`. A stream whose body ends before it was cut short.
+pub fn ends_stream(protocol: Protocol, event: &super::sse::Event) -> bool {
+    let name = event.event.as_deref();
+    match protocol {
+        Protocol::ChatCompletions => event.data.trim() == "[DONE]",
+        Protocol::Responses => matches!(
+            name,
+            Some("response.completed" | "response.incomplete" | "response.failed")
+        ),
+        Protocol::Messages => name == Some("message_stop"),
+    }
 }
 
 impl UsageObserver {
@@ -47,14 +64,23 @@ impl UsageObserver {
             json: Vec::new(),
             overflowed: false,
             usage: None,
+            ended: false,
         }
+    }
+
+    /// A JSON body, or a stream whose last event arrived: the body that ended was whole.
+    pub fn ended(&self) -> bool {
+        !self.streaming || self.ended
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
         if self.streaming {
-            let wire = self.protocol.wire();
-            let usage = &mut self.usage;
+            let (protocol, wire) = (self.protocol, self.protocol.wire());
+            let (usage, ended) = (&mut self.usage, &mut self.ended);
             self.reader.feed(chunk, &mut |event| {
+                if ends_stream(protocol, &event) {
+                    *ended = true;
+                }
                 // Cheap filter first: most events carry no usage.
                 if !event.data.contains("usage") {
                     return;
@@ -102,6 +128,38 @@ fn merge(into: &mut Option<Map<String, Value>>, from: &Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_is_whole_only_once_its_protocols_last_event_arrived() {
+        let cases = [
+            (
+                Protocol::ChatCompletions,
+                "data: {\"choices\":[]}\n\n",
+                "data: [DONE]\n\n",
+            ),
+            (
+                Protocol::Responses,
+                "event: response.output_text.delta\ndata: {\"delta\":\"hi\"}\n\n",
+                "event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n",
+            ),
+            (
+                Protocol::Messages,
+                "event: content_block_delta\ndata: {\"delta\":{\"text\":\"hi\"}}\n\n",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            ),
+        ];
+        for (protocol, middle, last) in cases {
+            let mut o = UsageObserver::new(protocol, true);
+            o.feed(middle.as_bytes());
+            assert!(!o.ended(), "{protocol:?}");
+            for chunk in last.as_bytes().chunks(5) {
+                o.feed(chunk);
+            }
+            assert!(o.ended(), "{protocol:?}");
+        }
+        // A JSON body is whole when it ends (its length is the transport's to check).
+        assert!(UsageObserver::new(Protocol::Messages, false).ended());
+    }
 
     #[test]
     fn messages_usage_merges_start_and_delta() {

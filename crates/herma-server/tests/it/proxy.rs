@@ -1191,3 +1191,113 @@ async fn upstream_host_names_are_normalized_before_the_allowlist_and_the_request
     assert_eq!(v["error"]["code"], "upstream_host_refused");
     assert_eq!(mock.requests().len(), 3, "nothing was sent");
 }
+
+/// How each forwarded body ended is in its receipt and counted in `/metrics` (issue 17, 5).
+#[tokio::test]
+async fn how_a_forwarded_body_ended_is_in_its_receipt_and_metrics() {
+    let app = spawn_app(
+        Backend::Sqlite,
+        &[("HERMA_UPSTREAM_IDLE_TIMEOUT_MS", "300")],
+    )
+    .await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let id_of = |response: &reqwest::Response| {
+        response.headers()["x-herma-receipt"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let mut expected = Vec::new();
+    // Whole bodies: JSON and each protocol's stream through its last event.
+    for (path, _) in PROTOCOLS {
+        for stream in [false, true] {
+            let response = send(&app, &mock, &key, path, body(path, "m", "hi", stream), &[]).await;
+            let id = id_of(&response);
+            response.bytes().await.unwrap();
+            expected.push((id, "completed"));
+        }
+    }
+    // A stream whose connection closes halfway, cleanly.
+    for (path, _) in PROTOCOLS {
+        let response = send(
+            &app,
+            &mock,
+            &key,
+            path,
+            body(path, "m", "hi", true),
+            &[("x-mock-scenario", "cut")],
+        )
+        .await;
+        let id = id_of(&response);
+        let text = response.text().await.unwrap();
+        assert!(
+            !text.contains("[DONE]") && !text.contains("message_stop"),
+            "{text}"
+        );
+        expected.push((id, "upstream_closed_early"));
+    }
+    // A stream that goes silent past the idle timeout.
+    let path = "/v1/messages";
+    let response = send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "hi", true),
+        &[("x-mock-scenario", "hold")],
+    )
+    .await;
+    let id = id_of(&response);
+    let _ = response.bytes().await;
+    expected.push((id, "idle_timeout"));
+    // A client that goes away mid-stream.
+    let response = send(
+        &app,
+        &mock,
+        &key,
+        path,
+        body(path, "m", "hi", true),
+        &[("x-mock-scenario", "hold")],
+    )
+    .await;
+    let id = id_of(&response);
+    let mut stream = response.bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    mock.release();
+    expected.push((id, "client_gone"));
+
+    for (id, end) in &expected {
+        // The receipt is written when the body is dropped: wait for it, not for a time.
+        let mut seen = Value::Null;
+        for _ in 0..500 {
+            app.app.receipts.flush().await;
+            let got = req(Method::GET, format!("/v1/receipts/{id}"))
+                .key(&key)
+                .send(&app)
+                .await;
+            if got.0 == StatusCode::OK {
+                seen = got.2;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(seen["stream_end"], *end, "{seen}");
+        assert_eq!(seen["upstream_status"], 200);
+    }
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let text = metrics.text().await.unwrap();
+    for (line, count) in [
+        ("protocol=\"messages\",end=\"completed\"", 2),
+        (
+            "protocol=\"chat_completions\",end=\"upstream_closed_early\"",
+            1,
+        ),
+        ("protocol=\"messages\",end=\"idle_timeout\"", 1),
+        ("protocol=\"messages\",end=\"client_gone\"", 1),
+    ] {
+        let wanted = format!("herma_proxy_response_ends_total{{{line}}} {count}");
+        assert!(text.contains(&wanted), "{wanted} in:\n{text}");
+    }
+}

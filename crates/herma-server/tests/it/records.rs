@@ -382,6 +382,7 @@ async fn receipts_are_readable_only_by_their_caller() {
         upstream_status: Some(200),
         usage: None,
         timings: Timings::default(),
+        stream_end: None,
         error: None,
         created_at: herma_core::Timestamp::from_millis(1),
     }
