@@ -56,6 +56,8 @@ problem_codes! {
     MethodNotAllowed => "method_not_allowed", "This route does not accept that method";
     UnsupportedMediaType => "unsupported_media_type", "The body must be application/json";
     PayloadTooLarge => "payload_too_large", "The body exceeds the size limit";
+    RequestTimeout => "request_timeout", "The request was not received in time";
+    ServerBusy => "server_busy", "Herma is at a connection or memory limit; try again shortly";
     UpstreamRequired => "upstream_required", "No upstream is configured for this request";
     UpstreamHostRefused => "upstream_host_refused", "The upstream host is not on the allowlist";
     ProviderOperatorDisabled => "provider_operator_disabled", "The operator has paused this provider";

@@ -44,6 +44,8 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
         ProblemCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ProblemCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ProblemCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ProblemCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ProblemCode::ServerBusy => StatusCode::SERVICE_UNAVAILABLE,
         ProblemCode::UpstreamRequired => StatusCode::BAD_REQUEST,
         ProblemCode::UpstreamHostRefused => StatusCode::FORBIDDEN,
         ProblemCode::ProviderOperatorDisabled => StatusCode::SERVICE_UNAVAILABLE,
@@ -90,30 +92,43 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        match self.0.code {
-            ProblemCode::Unauthorized => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"herma\""),
-                );
-            }
-            ProblemCode::Unavailable => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            ProblemCode::RateLimited => {
-                let seconds = self
-                    .0
-                    .extension("retry_after_seconds")
-                    .and_then(|v| v.as_u64())
-                    .unwrap_or(1);
-                if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-                    headers.insert(header::RETRY_AFTER, value);
-                }
-            }
-
-            _ => {}
+        if self.0.code == ProblemCode::Unauthorized {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"herma\""),
+            );
         }
+        limit_headers(&self.0, headers);
         response
+    }
+}
+
+/// The seconds a client should wait before retrying, for the problems that say so: the
+/// problem's `retry_after_seconds`, else one second.
+pub fn retry_after(problem: &Problem) -> Option<u64> {
+    match problem.code {
+        ProblemCode::Unavailable => Some(1),
+        ProblemCode::RateLimited | ProblemCode::ServerBusy => Some(
+            problem
+                .extension("retry_after_seconds")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(1),
+        ),
+        _ => None,
+    }
+}
+
+/// `Retry-After` for problems a retry resolves, and `Connection: close` for a request that did
+/// not arrive in time (what is left of it is not worth waiting for). Both Herma's problem+json
+/// and the proxied routes' protocol-shaped errors carry them.
+pub fn limit_headers(problem: &Problem, headers: &mut axum::http::HeaderMap) {
+    if let Some(value) =
+        retry_after(problem).and_then(|s| HeaderValue::from_str(&s.to_string()).ok())
+    {
+        headers.insert(header::RETRY_AFTER, value);
+    }
+    if problem.code == ProblemCode::RequestTimeout {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
 }
 

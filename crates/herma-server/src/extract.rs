@@ -1,17 +1,20 @@
 //! Extractors: the gate's header facts, strict query strings and strict JSON bodies, all
-//! refusing with problem+json.
+//! refusing with problem+json; bodies are read within their route's size limit (a declared
+//! `Content-Length` over it is refused unread) and under `crate::limits`.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use herma_core::gate::{GateRequest, Principal, Requirement};
 use herma_core::{FieldError, Problem, ProblemCode, json};
+use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::AppState;
 use crate::error::ApiError;
+use crate::limits::BodyRefusal;
 
 pub const HARNESS_HEADER: &str = "x-herma-harness";
 
@@ -138,19 +141,42 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     Ok(json::parse_strict(&bytes)?)
 }
 
-/// The whole body, at most `limit` bytes: a larger one is `payload_too_large`, one that breaks
-/// off is `invalid_json`.
-pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|err| {
-        let too_large = std::error::Error::source(&err)
-            .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
-        ApiError(if too_large {
-            Problem::new(
-                ProblemCode::PayloadTooLarge,
-                format!("the body is larger than {limit} bytes"),
-            )
-        } else {
-            Problem::new(ProblemCode::InvalidJson, "the body could not be read")
-        })
-    })
+/// The whole body, at most `limit` bytes, refused as problem+json ([`read_limited`]).
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    read_limited(body, limit).await.map_err(ApiError)
+}
+
+/// The whole body, at most `limit` bytes. A declared `Content-Length` over the limit is
+/// `payload_too_large` before a byte is read, as is a body that grows past it; the body guard's
+/// refusals (`crate::limits`: the read timeout, the memory budget) keep their problem; a body
+/// that breaks off is `invalid_json`. The proxied routes render the problem in their protocol's
+/// shape.
+pub async fn read_limited(body: Body, limit: usize) -> Result<Bytes, Problem> {
+    let too_large = |declared: Option<u64>| {
+        let detail = match declared {
+            Some(n) => format!("the body is declared as {n} bytes; at most {limit} are accepted"),
+            None => format!("the body is larger than {limit} bytes"),
+        };
+        Problem::new(ProblemCode::PayloadTooLarge, detail).with("max_bytes", limit)
+    };
+    let hint = body.size_hint();
+    if usize::try_from(hint.lower()).map_or(true, |declared| declared > limit) {
+        return Err(too_large(Some(hint.lower())));
+    }
+    // A declared length is within the limit: room for it once, not by doubling.
+    let mut buffered = Vec::with_capacity(usize::try_from(hint.lower()).unwrap_or_default());
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| match BodyRefusal::find(&err) {
+            Some(refusal) => refusal.problem(),
+            None => Problem::new(ProblemCode::InvalidJson, "the body could not be read"),
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buffered.len() + data.len() > limit {
+                return Err(too_large(None));
+            }
+            buffered.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buffered))
 }

@@ -1,6 +1,6 @@
 //! The layers around every route: request ids (a client's own only when it is a short plain
-//! token), tracing without secrets, and one guard that checks the edge secret (H08) and adds
-//! the security headers to every response.
+//! token), tracing without secrets, one guard that checks the edge secret (H08) and adds
+//! the security headers to every response, and the body guard of `crate::limits`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -139,6 +139,10 @@ pub fn apply(router: Router, state: AppState) -> Router {
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
     router
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::limits::guard_bodies,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state, measure))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))

@@ -4,7 +4,9 @@
 //! covers them all), wrapped in the layers of [`layers`] (request ids, tracing, security headers,
 //! the edge check); [`extract`] holds the strict extractors, [`error`] maps problems to statuses;
 //! [`serve`] runs the router on a listener until a shutdown future resolves, over the
-//! connections of [`conn`] (which turn hyper's own answers to unparseable heads into problems).
+//! connections of [`conn`] (the connection cap, the head and idle deadlines, hyper's own answers
+//! to unparseable heads as problems); [`limits`] bounds request bodies (read timeout, memory
+//! budget).
 //!
 //! Architecture invariant: handlers contain no business rules: extract, call one `herma_app`
 //! service, map the result. Status codes are decided only in [`error::status_of`].
@@ -13,6 +15,7 @@ pub mod conn;
 pub mod error;
 pub mod extract;
 mod layers;
+pub mod limits;
 pub mod openapi;
 pub mod pages;
 pub mod routes;
@@ -39,6 +42,8 @@ pub struct AppState {
     /// The address the server listens on (when it serves a socket): what discovery documents
     /// name when `HERMA_PUBLIC_URL` is unset, never the request's `Host`.
     pub local: Option<std::net::SocketAddr>,
+    /// The read timeout and memory budget of every request body.
+    pub bodies: Arc<limits::BodyLimits>,
 }
 
 impl AppState {
@@ -121,10 +126,12 @@ pub fn router(app: Arc<App>) -> Router {
 pub fn router_on(app: Arc<App>, local: Option<std::net::SocketAddr>) -> Router {
     let (routes, doc) = api();
     let rendered = doc.to_pretty_json().unwrap_or_else(|_| "{}".to_owned());
+    let bodies = Arc::new(limits::BodyLimits::from_settings(&app.settings));
     let state = AppState {
         app,
         openapi: axum::body::Bytes::from(rendered),
         local,
+        bodies,
     };
     let router = routes
         .fallback(not_found)
@@ -147,20 +154,22 @@ async fn method_not_allowed() -> ApiError {
     ))
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then finishes in-flight requests.
+/// Serves `app` on `listener` until `shutdown` resolves, then finishes in-flight requests and
+/// writes every queued receipt. Connections are HTTP/1.1 under `HERMA_MAX_CONNECTIONS` and the
+/// head and idle deadlines ([`conn::accept`]).
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr().ok();
-    let served = axum::serve(
-        conn::HermaListener(listener),
-        router_on(app.clone(), local).into_make_service_with_connect_info::<conn::Peer>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    let limits = conn::ConnectionLimits::from_settings(
+        &app.settings,
+        app.clock.clone(),
+        conn::accept::open_file_limit(),
+    );
+    conn::accept::run(listener, router_on(app.clone(), local), limits, shutdown).await;
     // In-flight requests are done; write every queued receipt before returning.
     app.shutdown().await;
-    served
+    Ok(())
 }

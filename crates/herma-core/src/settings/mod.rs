@@ -44,6 +44,16 @@ pub struct Settings {
     /// Bearer token `GET /metrics` requires, when set.
     pub metrics_token: Option<Secret>,
     pub max_body_bytes: u64,
+    /// Client connections served at once.
+    pub max_connections: u64,
+    /// How long a request head may take to arrive.
+    pub header_read_timeout_ms: u64,
+    /// How long a whole request body may take to arrive.
+    pub body_read_timeout_ms: u64,
+    /// How long a kept-alive connection waits for its next request.
+    pub keep_alive_timeout_ms: u64,
+    /// Bytes all request bodies in flight may hold together.
+    pub body_budget_bytes: u64,
     pub key_cache_ttl_ms: u64,
     pub log_filter: String,
     pub log_format: LogFormat,
@@ -121,11 +131,27 @@ impl Settings {
         let edge_secret = r.get(&EDGE_SECRET);
         let metrics_token = r.get(&METRICS_TOKEN);
         let max_body_bytes = r.get(&MAX_BODY_BYTES);
+        let max_connections = r.get(&MAX_CONNECTIONS);
+        let header_read_timeout_ms = r.get(&HEADER_READ_TIMEOUT_MS);
+        let body_read_timeout_ms = r.get(&BODY_READ_TIMEOUT_MS);
+        let keep_alive_timeout_ms = r.get(&KEEP_ALIVE_TIMEOUT_MS);
+        let body_budget_bytes = r.get(&BODY_BUDGET_BYTES);
         let key_cache_ttl_ms = r.get(&KEY_CACHE_TTL_MS);
         let shim_max_chars = r.get(&SHIM_MAX_CHARS);
         let handshake_max_chars = r.get(&HANDSHAKE_MAX_CHARS);
         let tessera_timeout_ms = r.get(&TESSERA_TIMEOUT_MS);
         let proxy_max_body_bytes = r.get(&PROXY_MAX_BODY_BYTES);
+        // A body within its route's limit must fit the budget, or it could never be read.
+        let largest_body = max_body_bytes.max(proxy_max_body_bytes);
+        if body_budget_bytes < largest_body {
+            r.fail(
+                BODY_BUDGET_BYTES.name,
+                format!(
+                    "{body_budget_bytes} is smaller than the largest body a route accepts ({largest_body}, the larger of {} and {}): such a body could never be read; raise it or lower those",
+                    MAX_BODY_BYTES.name, PROXY_MAX_BODY_BYTES.name
+                ),
+            );
+        }
         let upstream_connect_timeout_ms = r.get(&UPSTREAM_CONNECT_TIMEOUT_MS);
         let upstream_headers_timeout_ms = r.get(&UPSTREAM_HEADERS_TIMEOUT_MS);
         let upstream_idle_timeout_ms = r.get(&UPSTREAM_IDLE_TIMEOUT_MS);
@@ -192,6 +218,11 @@ impl Settings {
             edge_secret,
             metrics_token,
             max_body_bytes,
+            max_connections,
+            header_read_timeout_ms,
+            body_read_timeout_ms,
+            keep_alive_timeout_ms,
+            body_budget_bytes,
             key_cache_ttl_ms,
             log_filter,
             log_format,
@@ -339,6 +370,37 @@ mod tests {
         assert_eq!(s.database, DatabaseUrl::Sqlite("herma.db".into()));
         assert!(s.admin_token.is_none());
         assert_eq!(s.key_cache_ttl_ms, 1000);
+    }
+
+    #[test]
+    fn connection_and_body_limits_have_defaults_and_the_budget_must_hold_the_largest_body() {
+        let s = Settings::from_map(&BTreeMap::new()).unwrap();
+        assert_eq!(
+            (
+                s.max_connections,
+                s.header_read_timeout_ms,
+                s.body_read_timeout_ms,
+                s.keep_alive_timeout_ms,
+                s.body_budget_bytes
+            ),
+            (1024, 10_000, 60_000, 75_000, 256 * 1024 * 1024)
+        );
+        let errors = Settings::from_map(&map(&[
+            ("HERMA_MAX_BODY_BYTES", "4096"),
+            ("HERMA_PROXY_MAX_BODY_BYTES", "8192"),
+            ("HERMA_BODY_BUDGET_BYTES", "2048"),
+        ]))
+        .unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].name, "HERMA_BODY_BUDGET_BYTES");
+        assert!(errors[0].detail.contains("(8192,"), "{}", errors[0].detail);
+        let fits = Settings::from_map(&map(&[
+            ("HERMA_MAX_BODY_BYTES", "4096"),
+            ("HERMA_PROXY_MAX_BODY_BYTES", "4096"),
+            ("HERMA_BODY_BUDGET_BYTES", "4096"),
+        ]))
+        .unwrap();
+        assert_eq!(fits.body_budget_bytes, 4096);
     }
 
     #[test]

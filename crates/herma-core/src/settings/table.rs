@@ -80,6 +80,60 @@ pub const LOG_FORMAT: Setting<Choice<LogFormat>> = Setting {
     doc: "How log lines are written to standard error: text or one JSON object per line.",
 };
 
+// Connections and request limits: what slow or greedy clients can hold (`docs/reliability.md`).
+pub const MAX_CONNECTIONS: Setting<Number> = Setting {
+    name: "HERMA_MAX_CONNECTIONS",
+    // A proxied request may hold a second descriptor upstream; `herma serve` lowers the cap
+    // to what its open-file limit can carry (after raising the soft limit to the hard one).
+    kind: Number {
+        default: 1024,
+        min: 1,
+        max: 1_000_000,
+    },
+    doc: "Client connections served at once (kept-alive idle ones count; lowered at start to what the open-file limit can carry); past it a new connection gets 503 `server_busy` with `Retry-After`.",
+};
+pub const HEADER_READ_TIMEOUT_MS: Setting<Number> = Setting {
+    name: "HERMA_HEADER_READ_TIMEOUT_MS",
+    // A client writes its head at once; ten seconds covers a slow link, not a trickle.
+    kind: Number {
+        default: 10_000,
+        min: 100,
+        max: 600_000,
+    },
+    doc: "Time a request head may take to arrive, from the connection's start or the next request's first byte; past it Herma answers 408 `request_timeout` and closes.",
+};
+pub const BODY_READ_TIMEOUT_MS: Setting<Number> = Setting {
+    name: "HERMA_BODY_READ_TIMEOUT_MS",
+    // The whole body, not the gap between bytes: a trickle cannot hold a connection forever.
+    // 60 s carries a 32 MiB proxied body over a ~5 Mbit/s uplink.
+    kind: Number {
+        default: 60_000,
+        min: 100,
+        max: 3_600_000,
+    },
+    doc: "Time a request body may take to arrive in full, from when Herma starts reading it; past it 408 `request_timeout`. Responses (SSE streams) are not limited by it.",
+};
+pub const KEEP_ALIVE_TIMEOUT_MS: Setting<Number> = Setting {
+    name: "HERMA_KEEP_ALIVE_TIMEOUT_MS",
+    // Longer than the 60 s idle timeout of common load balancers, so a balancer in front
+    // closes its idle connections before Herma does.
+    kind: Number {
+        default: 75_000,
+        min: 100,
+        max: 3_600_000,
+    },
+    doc: "Time a kept-alive connection may wait for its next request before Herma closes it (silently).",
+};
+pub const BODY_BUDGET_BYTES: Setting<Number> = Setting {
+    name: "HERMA_BODY_BUDGET_BYTES",
+    kind: Number {
+        default: 256 * MIB,
+        min: 1024,
+        max: 64 * 1024 * MIB,
+    },
+    doc: "Memory all request bodies being read or handled may hold together (a declared `Content-Length` is reserved whole); past it 503 `server_busy` with `Retry-After`. At least `HERMA_MAX_BODY_BYTES` and `HERMA_PROXY_MAX_BODY_BYTES`.",
+};
+
 pub const ADMIN_TOKEN: Setting<Credential> = Setting {
     name: "HERMA_ADMIN_TOKEN",
     kind: Credential {
@@ -361,6 +415,17 @@ pub const GROUPS: &[Group] = &[
             &MAX_BODY_BYTES,
             &LOG,
             &LOG_FORMAT,
+        ],
+    },
+    Group {
+        title: "Connections and limits",
+        doc: "What a slow or greedy client can hold: connections, time to send a request, memory for bodies (`docs/reliability.md`).",
+        settings: &[
+            &MAX_CONNECTIONS,
+            &HEADER_READ_TIMEOUT_MS,
+            &BODY_READ_TIMEOUT_MS,
+            &KEEP_ALIVE_TIMEOUT_MS,
+            &BODY_BUDGET_BYTES,
         ],
     },
     Group {

@@ -61,11 +61,11 @@ pub async fn mcp(
     if let Err(problem) = GateFacts::from_headers(headers.clone()).repeated() {
         return ApiError(problem).into_response();
     }
-    // An oversized body is refused at the HTTP layer like on every other route (413
-    // problem+json); one that breaks off is a malformed JSON-RPC message.
+    // A body over a limit (size, read time, memory budget) is refused at the HTTP layer like on
+    // every other route (problem+json); one that breaks off is a malformed JSON-RPC message.
     let bytes = match read_body(body, state.body_limit()).await {
         Ok(bytes) => bytes,
-        Err(ApiError(problem)) if problem.code == ProblemCode::PayloadTooLarge => {
+        Err(ApiError(problem)) if problem.code != ProblemCode::InvalidJson => {
             return ApiError(problem).into_response();
         }
         Err(_) => {

@@ -14,8 +14,8 @@ use herma_core::wire::Protocol;
 use herma_core::{Problem, ProblemCode};
 
 use crate::AppState;
-use crate::error::status_of;
-use crate::extract::GateFacts;
+use crate::error::{limit_headers, status_of};
+use crate::extract::{GateFacts, read_limited};
 
 /// A problem rendered in a protocol's own error shape.
 pub struct ProtocolError(pub Protocol, pub Problem);
@@ -34,6 +34,7 @@ impl IntoResponse for ProtocolError {
                 HeaderValue::from_static("Bearer realm=\"herma\""),
             );
         }
+        limit_headers(&self.1, response.headers_mut());
         response
     }
 }
@@ -99,20 +100,9 @@ async fn relay(
         Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
     let limit = usize::try_from(state.app.settings.proxy_max_body_bytes).unwrap_or(usize::MAX);
-    let body = match axum::body::to_bytes(body, limit).await {
+    let body = match read_limited(body, limit).await {
         Ok(body) => body,
-        Err(_) => {
-            return failed(
-                ProtocolError(
-                    protocol,
-                    Problem::new(
-                        ProblemCode::PayloadTooLarge,
-                        format!("the body is larger than {limit} bytes"),
-                    ),
-                )
-                .into_response(),
-            );
-        }
+        Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
     let request = ProxyRequest {
         principal,

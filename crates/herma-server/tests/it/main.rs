@@ -12,6 +12,7 @@ mod gate;
 mod governance;
 mod handshake;
 mod layout;
+mod limits;
 mod mcp;
 mod memory;
 mod metrics;

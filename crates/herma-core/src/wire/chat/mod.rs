@@ -141,7 +141,8 @@ fn error_type(code: ProblemCode) -> &'static str {
         | ProviderOperatorDisabled
         | UpstreamUnreachable
         | UpstreamRedirectRefused
-        | UpstreamTimeout => "server_error",
+        | UpstreamTimeout
+        | ServerBusy => "server_error",
         _ => "invalid_request_error",
     }
 }

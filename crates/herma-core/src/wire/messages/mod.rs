@@ -127,7 +127,7 @@ fn error_type(code: ProblemCode) -> &'static str {
         | UpstreamHostRefused => "permission_error",
         NotFound => "not_found_error",
         PayloadTooLarge => "request_too_large",
-        ProviderOperatorDisabled | Unavailable => "overloaded_error",
+        ProviderOperatorDisabled | Unavailable | ServerBusy => "overloaded_error",
         Internal | UpstreamUnreachable | UpstreamRedirectRefused | UpstreamTimeout => "api_error",
         _ => "invalid_request_error",
     }

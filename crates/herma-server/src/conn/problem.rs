@@ -1,4 +1,4 @@
-//! The connections Herma's server accepts.
+//! hyper's own error answers as problems.
 //!
 //! hyper answers a request head it cannot parse by itself, before any route runs: a URI over
 //! 64 KiB (414), a head over its buffer or with too many headers (431), a malformed request
@@ -10,49 +10,13 @@
 //! error on a later request of a kept-alive connection keeps hyper's empty answer.
 
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use herma_core::{Problem, ProblemCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::error::status_of;
-
-/// A TCP listener whose connections are [`ProblemIo`]s with `TCP_NODELAY` set (small writes,
-/// such as SSE events, go out at once instead of waiting on Nagle's algorithm).
-pub struct HermaListener(pub TcpListener);
-
-impl axum::serve::Listener for HermaListener {
-    type Io = ProblemIo<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "could not set TCP_NODELAY");
-        }
-        (ProblemIo::new(tcp), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
-
-/// The peer of a connection, as request extensions carry it
-/// (`axum::extract::ConnectInfo<Peer>`).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, HermaListener>>
-    for Peer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, HermaListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
 
 enum Write {
     /// Nothing written yet: the first write is inspected.
@@ -125,9 +89,18 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     if !length || status_of(code).as_u16() != status {
         return None;
     }
-    let body = Problem::new(code, parse_error_detail(code))
-        .to_body(status)
-        .to_string();
+    Some(closing_answer(
+        status_line,
+        &Problem::new(code, parse_error_detail(code)),
+        date,
+    ))
+}
+
+/// A whole HTTP/1.1 answer that ends its connection: `status_line` (`408 Request Timeout`)
+/// and `problem` as problem+json, for answers written below hyper.
+pub(super) fn closing_answer(status_line: &str, problem: &Problem, date: Option<&str>) -> Vec<u8> {
+    let status = status_of(problem.code).as_u16();
+    let body = problem.to_body(status).to_string();
     let mut out = format!(
         "HTTP/1.1 {status_line}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\nx-content-type-options: nosniff\r\n",
         body.len()
@@ -137,7 +110,7 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     }
     out.push_str("\r\n");
     out.push_str(&body);
-    Some(out.into_bytes())
+    out.into_bytes()
 }
 
 impl<T: AsyncWrite + Unpin> ProblemIo<T> {
