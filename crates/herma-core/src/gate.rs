@@ -58,6 +58,10 @@ pub enum Requirement {
     Configure,
     /// The bootstrap token or a key with the `admin` scope (H11).
     Admin,
+    /// Writing the `system_builtin` records: a key with the `admin` scope that also meets
+    /// [`Requirement::Configure`] (H02 holds for every provision management write; the bootstrap
+    /// token, which attests no harness, only manages keys).
+    ManageBuiltins,
 }
 
 fn unauthorized(detail: &str) -> Problem {
@@ -180,6 +184,10 @@ pub fn authorize(
         Requirement::Read => Ok(()),
         Requirement::Route => need(Scope::Route, ProblemCode::InsufficientScope),
         Requirement::Admin => need(Scope::Admin, ProblemCode::AdminRequired),
+        Requirement::ManageBuiltins => {
+            need(Scope::Admin, ProblemCode::AdminRequired)?;
+            authorize(principal, Requirement::Configure, harness_header)
+        }
         Requirement::Configure => {
             need(Scope::Configure, ProblemCode::InsufficientScope)?;
             let attested = harness_header.map(|h| h.trim().to_ascii_lowercase());
@@ -202,6 +210,30 @@ pub fn authorize(
 mod tests {
     use super::*;
     use crate::key::KeyMaterial;
+
+    #[test]
+    fn h02_built_in_writes_need_admin_configure_and_the_harness() {
+        let m = Requirement::ManageBuiltins;
+        let full = key_principal(&[Scope::Admin, Scope::Configure], Some("claude-code"));
+        assert!(authorize(&full, m, Some("claude-code")).is_ok());
+        let code = |p: &Principal, h: Option<&str>| authorize(p, m, h).unwrap_err().code;
+        assert_eq!(code(&full, None), ProblemCode::HarnessRequired);
+        assert_eq!(code(&full, Some("codex")), ProblemCode::HarnessRequired);
+        let admin_only = key_principal(&[Scope::Admin], Some("claude-code"));
+        assert_eq!(
+            code(&admin_only, Some("claude-code")),
+            ProblemCode::InsufficientScope
+        );
+        let configure_only = key_principal(&[Scope::Configure], Some("claude-code"));
+        assert_eq!(
+            code(&configure_only, Some("claude-code")),
+            ProblemCode::AdminRequired
+        );
+        assert_eq!(
+            code(&Principal::Bootstrap, None),
+            ProblemCode::InsufficientScope
+        );
+    }
 
     fn key_principal(scopes: &[Scope], harness: Option<&str>) -> Principal {
         let id = KeyId::parse("0123456789abcdef").unwrap();

@@ -155,6 +155,47 @@ pub fn resolution_keeps_promise(host: &str, addresses: &[IpAddr]) -> bool {
             .all(|address| address.to_canonical().is_loopback())
 }
 
+/// The one value a caller's upstream headers state for `names` (the base URL headers, or the
+/// key header), from the request's `headers` (lowercase names). The same value sent more than
+/// once is that value; different values are refused — which one a reader takes would decide
+/// where the request goes, or with which key. Blank values count as absent.
+pub fn one_header_value<'h>(
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    names: &[&str],
+) -> Result<Option<&'h str>, Problem> {
+    let mut found: Option<&'h str> = None;
+    for (name, value) in headers {
+        let value = value.trim();
+        if value.is_empty() || !names.contains(&name) {
+            continue;
+        }
+        match found {
+            Some(seen) if seen != value => {
+                let spelled: Vec<String> = names.iter().map(|n| spell(n)).collect();
+                return Err(refused(
+                    ProblemCode::MalformedRequest,
+                    format!("{} name different values; send one", spelled.join(" and ")),
+                ));
+            }
+            _ => found = Some(value),
+        }
+    }
+    Ok(found)
+}
+
+/// A header name as its documentation spells it (`x-upstream-base-url` → `X-Upstream-Base-Url`).
+fn spell(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 fn refused(code: ProblemCode, detail: String) -> Problem {
     Problem::new(code, detail)
 }
@@ -352,6 +393,54 @@ pub fn connection_tokens(value: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn two_different_upstreams_or_keys_are_refused_and_one_repeated_is_one() {
+        let base = |pairs: &[(&'static str, &'static str)]| {
+            one_header_value(pairs.iter().copied(), &BASE_URL_HEADERS)
+        };
+        assert_eq!(base(&[]).unwrap(), None);
+        assert_eq!(
+            base(&[("x-herma-upstream-url", " http://localhost:1 ")]).unwrap(),
+            Some("http://localhost:1")
+        );
+        assert_eq!(
+            base(&[
+                ("x-upstream-base-url", "http://localhost:1"),
+                ("x-herma-upstream-url", "http://localhost:1"),
+                ("x-upstream-base-url", ""),
+            ])
+            .unwrap(),
+            Some("http://localhost:1")
+        );
+        let err = base(&[
+            ("x-upstream-base-url", "http://localhost:1"),
+            ("x-herma-upstream-url", "http://evil.example"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.code, ProblemCode::MalformedRequest);
+        assert!(
+            err.detail
+                .contains("X-Upstream-Base-Url and X-Herma-Upstream-Url"),
+            "{}",
+            err.detail
+        );
+        let keys = one_header_value(
+            [
+                ("x-upstream-api-key", "sk-a"),
+                ("x-upstream-api-key", "sk-b"),
+            ],
+            &[API_KEY_HEADER],
+        )
+        .unwrap_err();
+        assert!(
+            keys.detail.contains("X-Upstream-Api-Key"),
+            "{}",
+            keys.detail
+        );
+        assert!(!keys.detail.contains("sk-"), "values are never echoed");
+    }
+
     use super::*;
 
     fn settings() -> UpstreamSettings {

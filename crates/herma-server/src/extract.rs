@@ -18,6 +18,15 @@ use crate::limits::BodyRefusal;
 
 pub const HARNESS_HEADER: &str = "x-herma-harness";
 
+/// Whether the request says its body is JSON (`application/json`, parameters allowed).
+pub fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -26,17 +35,39 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// decode to UTF-8 (`%FF`) is refused as `invalid_path` problem+json, not axum's plain text.
 pub struct PathId(pub String);
 
-impl<S: Send + Sync> FromRequestParts<S> for PathId {
+impl FromRequestParts<AppState> for PathId {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let parsed = axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| {
+                Problem::new(
+                    ProblemCode::InvalidPath,
+                    format!("the path's id cannot be read: {}", rejection.body_text()),
+                )
+            });
+        match parsed {
             Ok(axum::extract::Path(id)) => Ok(Self(id)),
-            Err(rejection) => Err(ApiError(Problem::new(
-                ProblemCode::InvalidPath,
-                format!("the path's id cannot be read: {}", rejection.body_text()),
-            ))),
+            Err(problem) => Err(caller_first(parts, state, problem).await),
         }
+    }
+}
+
+/// Every route with a path id or a query string needs a key: a caller who presents no valid
+/// credential learns that first, never which parameters or ids the route takes (its
+/// `problem` is for authenticated callers only).
+async fn caller_first(parts: &Parts, state: &AppState, problem: Problem) -> ApiError {
+    let facts = GateFacts(parts.headers.clone());
+    if let Err(repeated) = facts.repeated() {
+        return ApiError(repeated);
+    }
+    match state.app.gate.authenticate(&facts.request()).await {
+        Ok(_) => ApiError(problem),
+        Err(unauthenticated) => ApiError(unauthenticated),
     }
 }
 
@@ -102,22 +133,27 @@ impl GateFacts {
 /// A query string decoded strictly: unknown parameters and bad values are `validation_failed`.
 pub struct StrictQuery<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for StrictQuery<T> {
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for StrictQuery<T> {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Query::<T>::try_from_uri(&parts.uri)
-            .map(|Query(q)| Self(q))
-            .map_err(|e| {
-                ApiError(Problem::validation(vec![FieldError::new(
-                    "",
-                    format!(
-                        "query string: {}",
-                        e.body_text()
-                            .trim_start_matches("Failed to deserialize query string: ")
-                    ),
-                )]))
-            })
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let parsed = Query::<T>::try_from_uri(&parts.uri).map_err(|e| {
+            Problem::validation(vec![FieldError::new(
+                "",
+                format!(
+                    "query string: {}",
+                    e.body_text()
+                        .trim_start_matches("Failed to deserialize query string: ")
+                ),
+            )])
+        });
+        match parsed {
+            Ok(Query(q)) => Ok(Self(q)),
+            Err(problem) => Err(caller_first(parts, state, problem).await),
+        }
     }
 }
 

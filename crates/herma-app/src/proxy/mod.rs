@@ -379,14 +379,18 @@ impl App {
         request: &ProxyRequest,
         protocol: Protocol,
     ) -> Result<UpstreamTarget, Problem> {
+        let headers = || {
+            request
+                .headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v).ok()?)))
+        };
         let ask = UpstreamAsk {
             protocol,
             path: &request.path,
             query: request.query.as_deref(),
-            base_header: upstream::BASE_URL_HEADERS
-                .iter()
-                .find_map(|h| request.header(h)),
-            key_header: request.header(upstream::API_KEY_HEADER),
+            base_header: upstream::one_header_value(headers(), &upstream::BASE_URL_HEADERS)?,
+            key_header: upstream::one_header_value(headers(), &[upstream::API_KEY_HEADER])?,
         };
         upstream::resolve(&self.settings.upstream, &ask)
     }

@@ -46,12 +46,7 @@ pub async fn mcp(
         ))
         .into_response();
     }
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
+    if !crate::extract::is_json(&headers) {
         return ApiError(Problem::new(
             ProblemCode::UnsupportedMediaType,
             "MCP messages must be sent as Content-Type: application/json",

@@ -17,7 +17,8 @@ pub mod system;
 
 use serde::Deserialize;
 
-/// `?scope=system_builtin` addresses the built-in records (admins only for writes).
+/// `?scope=system_builtin` addresses the built-in records (writes: an admin key that also has
+/// `configure` and attests its harness, H02).
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -43,7 +44,7 @@ impl ScopeQuery {
 
     pub fn write_requirement(&self) -> herma_core::gate::Requirement {
         match self.scope {
-            Some(ScopeParam::SystemBuiltin) => herma_core::gate::Requirement::Admin,
+            Some(ScopeParam::SystemBuiltin) => herma_core::gate::Requirement::ManageBuiltins,
             None => herma_core::gate::Requirement::Configure,
         }
     }

@@ -99,6 +99,18 @@ async fn relay(
         }
         Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
+    if method == Method::POST && !crate::extract::is_json(&headers) {
+        return failed(
+            ProtocolError(
+                protocol,
+                Problem::new(
+                    ProblemCode::UnsupportedMediaType,
+                    "model requests must be sent as Content-Type: application/json",
+                ),
+            )
+            .into_response(),
+        );
+    }
     let limit = usize::try_from(state.app.settings.proxy_max_body_bytes).unwrap_or(usize::MAX);
     let body = match read_limited(body, limit).await {
         Ok(body) => body,

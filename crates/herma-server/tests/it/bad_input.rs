@@ -319,3 +319,38 @@ async fn an_oversized_mcp_body_is_413_problem_json() {
     let got = req(Method::POST, "/mcp").json(big).send(&app).await;
     assert_problem(&got, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
 }
+
+/// Issue 17, finding 10: a caller without a valid key learns that first — never which query
+/// parameters or path ids a route takes.
+#[tokio::test]
+async fn an_anonymous_caller_is_refused_before_its_query_or_path_is_read() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route", None).await;
+    for path in [
+        "/v1/provisions?bogus=1",
+        "/v1/provisions?limit=x",
+        "/v1/provisions/%FF",
+        "/v1/receipts/%FF",
+        "/v1/memory?nope=1",
+    ] {
+        let anonymous = req(Method::GET, path).send(&app).await;
+        assert_problem(&anonymous, StatusCode::UNAUTHORIZED, "unauthorized");
+        assert!(
+            !anonymous.2.to_string().contains("bogus"),
+            "{}",
+            anonymous.2
+        );
+        let wrong = req(Method::GET, path)
+            .key("hmk_0123456789abcdef_wrongwrongwrongwrongwrongwrongwr")
+            .send(&app)
+            .await;
+        assert_eq!(wrong.0, StatusCode::UNAUTHORIZED, "{path}: {}", wrong.2);
+        let known = req(Method::GET, path).key(&key).send(&app).await;
+        assert!(
+            [StatusCode::BAD_REQUEST, StatusCode::UNPROCESSABLE_ENTITY].contains(&known.0),
+            "{path}: {} {}",
+            known.0,
+            known.2
+        );
+    }
+}

@@ -1301,3 +1301,104 @@ async fn how_a_forwarded_body_ended_is_in_its_receipt_and_metrics() {
         assert!(text.contains(&wanted), "{wanted} in:\n{text}");
     }
 }
+
+/// Issue 17, finding 10: two upstream headers naming different upstreams (or two keys) are
+/// refused in the protocol's shape before anything is sent; the same one twice is that one.
+#[tokio::test]
+async fn conflicting_upstream_headers_are_refused_and_a_repeated_one_is_one() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    for (path, _) in PROTOCOLS {
+        let response = send(
+            &app,
+            &mock,
+            &key,
+            path,
+            body(path, "m", "hi", false),
+            &[("X-Herma-Upstream-Url", "http://127.0.0.1:9")],
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let text = response.text().await.unwrap();
+        assert!(
+            text.contains("X-Upstream-Base-Url and X-Herma-Upstream-Url"),
+            "{path}: {text}"
+        );
+        let keys = send(
+            &app,
+            &mock,
+            &key,
+            path,
+            body(path, "m", "hi", false),
+            &[
+                ("X-Upstream-Api-Key", "sk-one"),
+                ("X-Upstream-Api-Key", "sk-two"),
+            ],
+        )
+        .await;
+        assert_eq!(keys.status(), StatusCode::BAD_REQUEST, "{path}");
+        let text = keys.text().await.unwrap();
+        assert!(
+            text.contains("X-Upstream-Api-Key") && !text.contains("sk-"),
+            "{text}"
+        );
+        let same = send(
+            &app,
+            &mock,
+            &key,
+            path,
+            body(path, "m", "hi", false),
+            &[("X-Herma-Upstream-Url", &mock.url())],
+        )
+        .await;
+        assert_eq!(same.status(), StatusCode::OK, "{path}");
+    }
+    assert_eq!(mock.requests().len(), PROTOCOLS.len());
+}
+
+/// Issue 17, finding 10: a model request must say it is JSON.
+#[tokio::test]
+async fn a_proxied_body_that_is_not_declared_json_is_415_in_the_protocols_shape() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    for (path, _) in PROTOCOLS {
+        let response = app
+            .client
+            .post(app.url(path))
+            .header("X-Upstream-Base-Url", mock.url())
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "text/plain")
+            .body(body(path, "m", "hi", false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{path}"
+        );
+        let v: Value = response.json().await.unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(v["type"], "error", "{v}");
+        } else {
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+        // With the parameter clients add, it is JSON.
+        let ok = app
+            .client
+            .post(app.url(path))
+            .header("X-Upstream-Base-Url", mock.url())
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "application/json; charset=utf-8")
+            .body(body(path, "m", "hi", false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), StatusCode::OK, "{path}");
+    }
+    assert_eq!(mock.requests().len(), PROTOCOLS.len());
+}
