@@ -185,6 +185,25 @@ impl App {
                         )
                     }
                 };
+                let known = match self.store.context_entries().get(scope, &id).await {
+                    Ok(known) => known,
+                    Err(err) => {
+                        report.refused.push(HandshakeRefusal {
+                            id,
+                            reason: err.to_string(),
+                        });
+                        continue;
+                    }
+                };
+                let replaced =
+                    known.map(|old| serde_json::to_vec(&old.spec).map_or(0, |b| b.len() as u64));
+                if let Err(p) = self.within_quota(scope, &spec, replaced).await {
+                    report.refused.push(HandshakeRefusal {
+                        id,
+                        reason: p.detail,
+                    });
+                    continue;
+                }
                 match upsert(
                     self.store.context_entries(),
                     scope,

@@ -172,6 +172,60 @@ impl App {
         }
     }
 
+    /// Whether `scope` may store `record` (new, or replacing one of `replaced_bytes`) within the
+    /// operator's per-caller quotas. The built-ins are the operator's own and have none.
+    /// Checked before each write: concurrent writes of one caller may pass a quota by as many as
+    /// race.
+    pub(crate) async fn within_quota<D: Managed>(
+        &self,
+        scope: &CallerScope,
+        record: &D,
+        replaced_bytes: Option<u64>,
+    ) -> Result<(), Problem> {
+        if scope.is_system_builtin() {
+            return Ok(());
+        }
+        let quotas = self.settings.quotas;
+        let usage = self.store.usage(scope).await.map_err(internal)?;
+        let (limit, setting) = match D::COLLECTION {
+            herma_store::Collection::Provisions => {
+                (quotas.provisions, "HERMA_CALLER_MAX_PROVISIONS")
+            }
+            herma_store::Collection::ContextEntries => {
+                (quotas.context_entries, "HERMA_CALLER_MAX_CONTEXT_ENTRIES")
+            }
+        };
+        let exceeded = |detail: String, setting: &str| {
+            Problem::new(ProblemCode::QuotaExceeded, detail)
+                .with_extension("limit", serde_json::json!(setting))
+        };
+        if replaced_bytes.is_none() && usage.count(D::COLLECTION) >= limit {
+            return Err(exceeded(
+                format!(
+                    "this key's caller already holds {} {}s, the operator's limit; delete some or ask the operator",
+                    usage.count(D::COLLECTION),
+                    D::NOUN
+                ),
+                setting,
+            ));
+        }
+        let bytes = serde_json::to_vec(record).map_or(0, |b| b.len() as u64);
+        let after = usage
+            .bytes
+            .saturating_sub(replaced_bytes.unwrap_or(0))
+            .saturating_add(bytes);
+        if after > quotas.stored_bytes {
+            return Err(exceeded(
+                format!(
+                    "this write would bring the caller's stored records to {after} bytes, over the operator's limit of {}; delete some or ask the operator",
+                    quotas.stored_bytes
+                ),
+                "HERMA_CALLER_MAX_STORED_BYTES",
+            ));
+        }
+        Ok(())
+    }
+
     pub async fn create_record<D: Managed>(
         &self,
         principal: &Principal,
@@ -182,6 +236,7 @@ impl App {
         let scope = self
             .write_scope::<D>(principal, partition, record.id())
             .await?;
+        self.within_quota(&scope, &record, None).await?;
         let created = self
             .typed::<D>()
             .create(&scope, &record, self.clock.now())
@@ -262,6 +317,10 @@ impl App {
             )]));
         }
         let scope = self.write_scope::<D>(principal, partition, id).await?;
+        if let Some(old) = self.typed::<D>().get(&scope, id).await.map_err(internal)? {
+            let old_bytes = serde_json::to_vec(D::spec_of(&old)).map_or(0, |b| b.len() as u64);
+            self.within_quota(&scope, &record, Some(old_bytes)).await?;
+        }
         let updated = self
             .typed::<D>()
             .update(&scope, &record, expected, self.clock.now())

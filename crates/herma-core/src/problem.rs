@@ -58,6 +58,7 @@ problem_codes! {
     PayloadTooLarge => "payload_too_large", "The body exceeds the size limit";
     RequestTimeout => "request_timeout", "The request was not received in time";
     ServerBusy => "server_busy", "Herma is at a connection or memory limit; try again shortly";
+    QuotaExceeded => "quota_exceeded", "This caller's stored records are at a quota the operator set";
     UpstreamRequired => "upstream_required", "No upstream is configured for this request";
     UpstreamHostRefused => "upstream_host_refused", "The upstream host is not on the allowlist";
     ProviderOperatorDisabled => "provider_operator_disabled", "The operator has paused this provider";

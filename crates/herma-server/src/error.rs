@@ -31,6 +31,7 @@ pub fn status_of(code: ProblemCode) -> StatusCode {
         | ProblemCode::InsufficientScope
         | ProblemCode::AdminRequired
         | ProblemCode::BuiltinProtected
+        | ProblemCode::QuotaExceeded
         | ProblemCode::BrowserNavigationRefused
         | ProblemCode::EdgeAuthRequired
         | ProblemCode::ContributorTierRefused => StatusCode::FORBIDDEN,

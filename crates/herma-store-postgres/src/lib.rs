@@ -161,6 +161,7 @@ impl Backend for PgBackend {
     const TEXT_IN: &'static str = "= ANY(?)";
     const TEXT_ROWS: &'static str = "unnest(CAST(? AS TEXT[])) AS t (value)";
     const NOW_MILLIS: &'static str = "(extract(epoch from now()) * 1000)::bigint";
+    const BODY_BYTES: &'static str = "octet_length(body)";
     const DDL: DdlDialect = DdlDialect {
         integer: "BIGINT",
         key_text: "TEXT COLLATE \"C\"",

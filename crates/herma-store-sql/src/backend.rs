@@ -31,6 +31,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     const TEXT_ROWS: &'static str;
     /// The current time as Unix milliseconds, an SQL expression.
     const NOW_MILLIS: &'static str;
+    /// The length in bytes of the text column `body`, an SQL expression.
+    const BODY_BYTES: &'static str;
     /// How the DDL tokens of [`crate::SHARED_MIGRATIONS`] are spelled here.
     const DDL: DdlDialect;
     /// The engine's own migrations, written per engine before migrations were shared; they run

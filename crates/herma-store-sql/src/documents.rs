@@ -4,13 +4,13 @@
 use async_trait::async_trait;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{
-    Collection, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoreError,
+    Collection, DocUsage, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoreError,
     StoreResult, StoredDoc,
 };
 use serde_json::Value;
 
 use crate::rows::{doc_from_row, revisions_from_rows, version_of};
-use crate::{Backend, SqlStore, to_i64, to_json};
+use crate::{Backend, SqlRow, SqlStore, to_i64, to_json, to_u64};
 
 const DOC_COLUMNS: &str = "caller_scope, id, version, body, created_at, updated_at";
 
@@ -183,6 +183,31 @@ impl<B: Backend> DocumentStore for SqlStore<B> {
             return Ok(());
         }
         Err(self.missed(table, scope, id).await)
+    }
+
+    async fn usage(&self, scope: &CallerScope) -> StoreResult<DocUsage> {
+        let mut usage = DocUsage::default();
+        for collection in Collection::ALL {
+            let sql = format!(
+                "SELECT count(*) AS n, COALESCE(SUM({}), 0) AS bytes FROM {} WHERE caller_scope = ?",
+                B::BODY_BYTES,
+                collection.table()
+            );
+            let row = self
+                .db
+                .fetch_optional(B::query(&sql).bind(scope.as_str()))
+                .await?;
+            let (count, bytes) = match row {
+                Some(row) => (to_u64(row.int("n")?)?, to_u64(row.int("bytes")?)?),
+                None => (0, 0),
+            };
+            match collection {
+                Collection::Provisions => usage.provisions = count,
+                Collection::ContextEntries => usage.context_entries = count,
+            }
+            usage.bytes += bytes;
+        }
+        Ok(usage)
     }
 
     async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {

@@ -114,6 +114,7 @@ impl Backend for SqliteBackend {
     const TEXT_IN: &'static str = "IN (SELECT value FROM json_each(?))";
     const TEXT_ROWS: &'static str = "json_each(?)";
     const NOW_MILLIS: &'static str = "strftime('%s','now') * 1000";
+    const BODY_BYTES: &'static str = "length(CAST(body AS BLOB))";
     const DDL: DdlDialect = DdlDialect {
         integer: "INTEGER",
         key_text: "TEXT",

@@ -40,6 +40,7 @@ macro_rules! store_conformance_tests {
             get_many_returns_only_existing_ids,
             imports_create_update_and_keep_unchanged_documents,
             typed_records_round_trip,
+            usage_counts_a_callers_documents_and_their_bytes,
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
             outcomes_are_listed_newest_first_per_scope,
@@ -514,6 +515,52 @@ fn work_contract_body() -> Value {
         "description": "d",
         "input_schema": {"type": "object", "properties": {}, "additionalProperties": false}
     }})
+}
+
+pub async fn usage_counts_a_callers_documents_and_their_bytes(store: Arc<dyn Store>) {
+    let (scope, other) = (fresh_scope(), fresh_scope());
+    assert_eq!(
+        store.usage(&scope).await.unwrap(),
+        crate::DocUsage::default()
+    );
+    let bodies = [
+        (
+            Collection::Provisions,
+            "p1",
+            serde_json::json!({"id": "p1", "ü": "ö"}),
+        ),
+        (
+            Collection::Provisions,
+            "p2",
+            serde_json::json!({"id": "p2"}),
+        ),
+        (
+            Collection::ContextEntries,
+            "c1",
+            serde_json::json!({"id": "c1", "body": "x"}),
+        ),
+    ];
+    let mut bytes = 0;
+    for (collection, id, body) in &bodies {
+        store
+            .create_doc(*collection, &scope, id, body, at(1))
+            .await
+            .unwrap();
+        bytes += serde_json::to_vec(body).unwrap().len() as u64;
+    }
+    store
+        .create_doc(Collection::Provisions, &other, "p1", &bodies[0].2, at(1))
+        .await
+        .unwrap();
+    let usage = store.usage(&scope).await.unwrap();
+    assert_eq!((usage.provisions, usage.context_entries), (2, 1));
+    assert_eq!(usage.bytes, bytes, "UTF-8 bytes of the compact JSON");
+    store
+        .delete_doc(Collection::Provisions, &scope, "p2", None)
+        .await
+        .unwrap();
+    assert_eq!(store.usage(&scope).await.unwrap().provisions, 1);
+    assert_eq!(store.usage(&other).await.unwrap().provisions, 1);
 }
 
 pub async fn typed_records_round_trip(store: Arc<dyn Store>) {

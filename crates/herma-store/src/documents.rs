@@ -107,6 +107,24 @@ impl Revisions {
     }
 }
 
+/// What one caller scope stores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DocUsage {
+    pub provisions: u64,
+    pub context_entries: u64,
+    /// Bytes of the compact JSON bodies, both collections.
+    pub bytes: u64,
+}
+
+impl DocUsage {
+    pub fn count(&self, collection: Collection) -> u64 {
+        match collection {
+            Collection::Provisions => self.provisions,
+            Collection::ContextEntries => self.context_entries,
+        }
+    }
+}
+
 /// The untyped, object-safe document contract every backend implements.
 #[async_trait]
 pub trait DocumentStore: Send + Sync {
@@ -162,6 +180,10 @@ pub trait DocumentStore: Send + Sync {
         id: &str,
         expected_version: Option<u64>,
     ) -> StoreResult<()>;
+
+    /// What `scope` stores: documents per collection and the bytes of their compact JSON bodies
+    /// (what per-caller quotas count).
+    async fn usage(&self, scope: &CallerScope) -> StoreResult<DocUsage>;
 
     /// The change counters of each scope, in the order given (zero when never written). Every
     /// create, update, delete and changing import bumps its scope's counter; nothing else does.

@@ -41,7 +41,7 @@ use herma_core::semantic::RuleVectors;
 pub use clock::SystemClock;
 pub use conversations::ConversationStore;
 pub use documents::{
-    Collection, ContextEntries, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
+    Collection, ContextEntries, DocUsage, Document, DocumentStore, DocumentStoreExt, ImportOutcome,
     ImportSummary, Page, Provisions, Revisions, StoredDoc, Typed,
 };
 pub use error::{StoreError, StoreResult};

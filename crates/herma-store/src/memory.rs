@@ -19,7 +19,7 @@ use crate::conversations::{
 };
 use crate::conversations_memory::ConversationTables;
 use crate::documents::{
-    Collection, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoredDoc,
+    Collection, DocUsage, DocumentStore, ImportOutcome, ImportSummary, Page, Revisions, StoredDoc,
 };
 use crate::{
     AppliedMigration, ClaimStore, EntityObservation, EntityStore, KeyStore, OutcomeStore,
@@ -246,6 +246,25 @@ impl DocumentStore for MemoryStore {
         docs.remove(id);
         inner.bump(collection, scope);
         Ok(())
+    }
+
+    async fn usage(&self, scope: &CallerScope) -> StoreResult<DocUsage> {
+        let inner = self.lock()?;
+        let mut usage = DocUsage::default();
+        for collection in Collection::ALL {
+            let Some(docs) = inner.docs.get(&(collection, scope.clone())) else {
+                continue;
+            };
+            let count = docs.len() as u64;
+            match collection {
+                Collection::Provisions => usage.provisions = count,
+                Collection::ContextEntries => usage.context_entries = count,
+            }
+            for doc in docs.values() {
+                usage.bytes += serde_json::to_vec(&doc.body).map_or(0, |b| b.len() as u64);
+            }
+        }
+        Ok(usage)
     }
 
     async fn revisions(&self, scopes: &[CallerScope]) -> StoreResult<Vec<Revisions>> {

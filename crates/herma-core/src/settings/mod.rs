@@ -32,6 +32,15 @@ use crate::upstream::UpstreamSettings;
 use declare::{Declared, Member};
 use read::Reader;
 
+/// What one caller scope may store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    pub provisions: u64,
+    pub context_entries: u64,
+    /// Bytes of compact JSON across both collections.
+    pub stored_bytes: u64,
+}
+
 /// The validated settings of one process.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -54,6 +63,8 @@ pub struct Settings {
     pub keep_alive_timeout_ms: u64,
     /// Bytes all request bodies in flight may hold together.
     pub body_budget_bytes: u64,
+    /// Per-caller quotas on stored records.
+    pub quotas: Quotas,
     pub key_cache_ttl_ms: u64,
     pub log_filter: String,
     pub log_format: LogFormat,
@@ -136,6 +147,11 @@ impl Settings {
         let body_read_timeout_ms = r.get(&BODY_READ_TIMEOUT_MS);
         let keep_alive_timeout_ms = r.get(&KEEP_ALIVE_TIMEOUT_MS);
         let body_budget_bytes = r.get(&BODY_BUDGET_BYTES);
+        let quotas = Quotas {
+            provisions: r.get(&CALLER_MAX_PROVISIONS),
+            context_entries: r.get(&CALLER_MAX_CONTEXT_ENTRIES),
+            stored_bytes: r.get(&CALLER_MAX_STORED_BYTES),
+        };
         let key_cache_ttl_ms = r.get(&KEY_CACHE_TTL_MS);
         let shim_max_chars = r.get(&SHIM_MAX_CHARS);
         let handshake_max_chars = r.get(&HANDSHAKE_MAX_CHARS);
@@ -223,6 +239,7 @@ impl Settings {
             body_read_timeout_ms,
             keep_alive_timeout_ms,
             body_budget_bytes,
+            quotas,
             key_cache_ttl_ms,
             log_filter,
             log_format,

@@ -133,6 +133,33 @@ pub const BODY_BUDGET_BYTES: Setting<Number> = Setting {
     },
     doc: "Memory all request bodies being read or handled may hold together (a declared `Content-Length` is reserved whole); past it 503 `server_busy` with `Retry-After`. At least `HERMA_MAX_BODY_BYTES` and `HERMA_PROXY_MAX_BODY_BYTES`.",
 };
+pub const CALLER_MAX_PROVISIONS: Setting<Number> = Setting {
+    name: "HERMA_CALLER_MAX_PROVISIONS",
+    kind: Number {
+        default: 1000,
+        min: 1,
+        max: 10_000_000,
+    },
+    doc: "Provisions one key's caller scope may hold; a create past it is 403 `quota_exceeded`.",
+};
+pub const CALLER_MAX_CONTEXT_ENTRIES: Setting<Number> = Setting {
+    name: "HERMA_CALLER_MAX_CONTEXT_ENTRIES",
+    kind: Number {
+        default: 10_000,
+        min: 1,
+        max: 10_000_000,
+    },
+    doc: "Context entries one caller scope may hold (written through the API or pulled by `/v1/handshake`); past it 403 `quota_exceeded`.",
+};
+pub const CALLER_MAX_STORED_BYTES: Setting<Number> = Setting {
+    name: "HERMA_CALLER_MAX_STORED_BYTES",
+    kind: Number {
+        default: 64 * MIB,
+        min: 1024,
+        max: 1024 * 1024 * MIB,
+    },
+    doc: "Bytes of provisions and context entries (their compact JSON) one caller scope may hold; a write past it is 403 `quota_exceeded`.",
+};
 
 pub const ADMIN_TOKEN: Setting<Credential> = Setting {
     name: "HERMA_ADMIN_TOKEN",
@@ -419,13 +446,16 @@ pub const GROUPS: &[Group] = &[
     },
     Group {
         title: "Connections and limits",
-        doc: "What a slow or greedy client can hold: connections, time to send a request, memory for bodies (`docs/reliability.md`).",
+        doc: "What a slow or greedy client can hold: connections, time to send a request, memory for bodies, and what one caller may store (`docs/reliability.md`).",
         settings: &[
             &MAX_CONNECTIONS,
             &HEADER_READ_TIMEOUT_MS,
             &BODY_READ_TIMEOUT_MS,
             &KEEP_ALIVE_TIMEOUT_MS,
             &BODY_BUDGET_BYTES,
+            &CALLER_MAX_PROVISIONS,
+            &CALLER_MAX_CONTEXT_ENTRIES,
+            &CALLER_MAX_STORED_BYTES,
         ],
     },
     Group {

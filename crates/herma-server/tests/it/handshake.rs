@@ -159,3 +159,45 @@ async fn an_unreachable_remote_is_a_fixed_problem_without_socket_details() {
         "the remote could not be read: connection failed"
     );
 }
+
+/// Issue 17, finding 4: a handshake pulls no more entries than the caller's quota holds.
+#[tokio::test]
+async fn a_handshake_stops_at_the_callers_context_entry_quota() {
+    let remote = spawn_app(Backend::Memory, &[]).await;
+    let remote_key = remote.key("route,configure", Some("claude-code")).await;
+    for i in 0..5 {
+        let got = req(Method::POST, "/v1/context")
+            .key(&remote_key)
+            .harness("claude-code")
+            .json(json!({"id": format!("pulled.{i}"), "kind": "noun", "schema_or_body": "A fact."}))
+            .send(&remote)
+            .await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+    let local = spawn_app(
+        Backend::Sqlite,
+        &[("HERMA_CALLER_MAX_CONTEXT_ENTRIES", "3")],
+    )
+    .await;
+    let key = local.key("route,configure", Some("codex")).await;
+    let got = req(Method::POST, "/v1/handshake")
+        .key(&key)
+        .harness("codex")
+        .json(json!({"remote": remote.url(""), "remote_key": remote_key}))
+        .send(&local)
+        .await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.2);
+    assert_eq!(got.2["created"], 3, "{}", got.2);
+    let refused = got.2["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 2, "{}", got.2);
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("operator's limit"),
+        "{}",
+        got.2
+    );
+    let listed = req(Method::GET, "/v1/context").key(&key).send(&local).await;
+    assert_eq!(listed.2["items"].as_array().unwrap().len(), 3);
+}

@@ -404,3 +404,82 @@ async fn receipts_are_readable_only_by_their_caller() {
         .await;
     assert_problem(&theirs, StatusCode::NOT_FOUND, "not_found");
 }
+
+/// Issue 17, finding 4: per-caller quotas on stored records, named in the problem.
+#[tokio::test]
+async fn a_caller_stores_at_most_its_quotas_and_others_are_not_affected() {
+    let app = spawn_app(
+        Backend::Sqlite,
+        &[
+            ("HERMA_CALLER_MAX_PROVISIONS", "2"),
+            ("HERMA_CALLER_MAX_STORED_BYTES", "8192"),
+        ],
+    )
+    .await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let other = app.key("route,configure", Some("claude-code")).await;
+    fn post<'a>(key: &'a str, path: &'static str, body: Value) -> crate::Req<'a> {
+        req(Method::POST, path)
+            .key(key)
+            .harness("claude-code")
+            .json(body)
+    }
+    for id in ["q.one", "q.two"] {
+        let got = post(&key, "/v1/provisions", provision(id)).send(&app).await;
+        assert_eq!(got.0, StatusCode::CREATED, "{}", got.2);
+    }
+    let third = post(&key, "/v1/provisions", provision("q.three"))
+        .send(&app)
+        .await;
+    assert_problem(&third, StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(third.2["limit"], "HERMA_CALLER_MAX_PROVISIONS");
+    let listed = req(Method::GET, "/v1/provisions")
+        .key(&key)
+        .send(&app)
+        .await;
+    assert_eq!(
+        listed.2["items"].as_array().unwrap().len(),
+        2,
+        "nothing written"
+    );
+    // Another caller has its own quota; a deletion frees a slot.
+    let theirs = post(&other, "/v1/provisions", provision("q.three"))
+        .send(&app)
+        .await;
+    assert_eq!(theirs.0, StatusCode::CREATED, "{}", theirs.2);
+    let deleted = req(Method::DELETE, "/v1/provisions/q.one")
+        .key(&key)
+        .harness("claude-code")
+        .send(&app)
+        .await;
+    assert!(deleted.0.is_success(), "{}", deleted.2);
+    let again = post(&key, "/v1/provisions", provision("q.three"))
+        .send(&app)
+        .await;
+    assert_eq!(again.0, StatusCode::CREATED, "{}", again.2);
+
+    // Bytes: a large entry fits once; a second does not; shrinking the first by update is fine.
+    let big = |id: &str, chars: usize| json!({"id": id, "kind": "noun", "schema_or_body": "x".repeat(chars)});
+    let first = post(&key, "/v1/context", big("big.one", 5000))
+        .send(&app)
+        .await;
+    assert_eq!(first.0, StatusCode::CREATED, "{}", first.2);
+    let second = post(&key, "/v1/context", big("big.two", 5000))
+        .send(&app)
+        .await;
+    assert_problem(&second, StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(second.2["limit"], "HERMA_CALLER_MAX_STORED_BYTES");
+    let mut smaller = big("big.one", 100);
+    smaller["expected_version"] = json!(1);
+    let shrunk = req(Method::PUT, "/v1/context/big.one")
+        .key(&key)
+        .harness("claude-code")
+        .json(smaller)
+        .send(&app)
+        .await;
+    assert_eq!(shrunk.0, StatusCode::OK, "{}", shrunk.2);
+    let fits = post(&key, "/v1/context", big("big.two", 5000))
+        .send(&app)
+        .await;
+    assert_eq!(fits.0, StatusCode::CREATED, "{}", fits.2);
+}
