@@ -34,6 +34,7 @@ pub mod proxy;
 pub mod rate_limit;
 pub mod receipts;
 pub mod records;
+pub mod retention;
 pub mod rule_cache;
 pub mod starters;
 pub mod tessera;

@@ -237,6 +237,13 @@ mod tests {
         ) -> StoreResult<Option<InjectionReceipt>> {
             self.inner.get_receipt(scope, id).await
         }
+        async fn prune_receipts(
+            &self,
+            before: herma_core::Timestamp,
+            limit: u32,
+        ) -> StoreResult<u64> {
+            self.inner.prune_receipts(before, limit).await
+        }
     }
 
     fn scope() -> CallerScope {

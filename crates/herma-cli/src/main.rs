@@ -69,6 +69,11 @@ enum Command {
         #[command(flatten)]
         db: DatabaseArg,
     },
+    /// Delete receipts and rule outcomes older than their retention settings, now.
+    Prune {
+        #[command(flatten)]
+        db: DatabaseArg,
+    },
     /// Issue, list and revoke keys (writes straight to the database).
     Keys {
         #[command(subcommand)]
@@ -266,6 +271,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             for m in applied {
                 outln!("applied migration {} ({}) to {shown}", m.version, m.name)?;
             }
+            Ok(())
+        }
+        Command::Prune { db } => {
+            let settings = db.settings()?;
+            let (receipt_days, outcome_days) = (
+                settings.receipt_retention_days,
+                settings.outcome_retention_days,
+            );
+            let app = open_app(settings).await?;
+            let report = app.prune().await;
+            app.shutdown().await;
+            let report = report?;
+            let kept = |days: u64| {
+                if days == 0 {
+                    "kept forever".to_owned()
+                } else {
+                    format!("older than {days} days")
+                }
+            };
+            outln!(
+                "pruned {} receipts ({}) and {} rule outcomes ({})",
+                report.receipts,
+                kept(receipt_days),
+                report.outcomes,
+                kept(outcome_days)
+            )?;
             Ok(())
         }
         Command::Keys { command } => keys::run(command).await,

@@ -19,6 +19,9 @@ pub async fn run(settings: Settings) -> Result<(), Failure> {
     }
     let _sweeper =
         herma_app::conversations::spawn_sweeper(app.clone(), std::time::Duration::from_secs(30));
+    // Receipts and outcomes past their retention: now, off the request path, then hourly.
+    let _pruner =
+        herma_app::retention::spawn_pruner(app.clone(), std::time::Duration::from_secs(3600));
     if app.has_no_keys().await.unwrap_or(false) {
         tracing::info!(
             "no keys yet: create one with `{} keys create --scope route,configure --harness claude-code` (same --database)",

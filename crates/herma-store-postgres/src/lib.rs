@@ -162,6 +162,7 @@ impl Backend for PgBackend {
     const TEXT_ROWS: &'static str = "unnest(CAST(? AS TEXT[])) AS t (value)";
     const NOW_MILLIS: &'static str = "(extract(epoch from now()) * 1000)::bigint";
     const BODY_BYTES: &'static str = "octet_length(body)";
+    const RECLAIM_SPACE: Option<&'static str> = None;
     const DDL: DdlDialect = DdlDialect {
         integer: "BIGINT",
         key_text: "TEXT COLLATE \"C\"",

@@ -33,6 +33,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     const NOW_MILLIS: &'static str;
     /// The length in bytes of the text column `body`, an SQL expression.
     const BODY_BYTES: &'static str;
+    /// One bounded step of giving freed pages back to the file system, where the engine needs
+    /// one (SQLite's incremental vacuum); `None` where the engine does it itself.
+    const RECLAIM_SPACE: Option<&'static str>;
     /// How the DDL tokens of [`crate::SHARED_MIGRATIONS`] are spelled here.
     const DDL: DdlDialect;
     /// The engine's own migrations, written per engine before migrations were shared; they run

@@ -34,6 +34,11 @@ pub const SHARED_MIGRATIONS: &[Migration] = &[
         name: "provider_health",
         sql: include_str!("../migrations/0008_provider_health.sql"),
     },
+    Migration {
+        version: 9,
+        name: "retention",
+        sql: include_str!("../migrations/0009_retention.sql"),
+    },
 ];
 
 /// How one engine spells the DDL tokens of a shared migration.

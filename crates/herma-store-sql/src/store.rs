@@ -177,6 +177,16 @@ impl<B: Backend> ReceiptStore for SqlStore<B> {
             .await
     }
 
+    async fn prune_receipts(&self, before: Timestamp, limit: u32) -> StoreResult<u64> {
+        let query = B::query(
+            "DELETE FROM injection_receipts WHERE (caller_scope, id) IN (
+                 SELECT caller_scope, id FROM injection_receipts WHERE created_at < ? LIMIT ?)",
+        )
+        .bind(before.as_millis())
+        .bind(i64::from(limit));
+        self.db.execute(query).await
+    }
+
     async fn get_receipt(
         &self,
         scope: &CallerScope,
@@ -328,6 +338,16 @@ impl<B: Backend> OutcomeStore for SqlStore<B> {
         rule_stats_from_rows(&self.db.fetch(query).await?)
     }
 
+    async fn prune_outcomes(&self, before: Timestamp, limit: u32) -> StoreResult<u64> {
+        let query = B::query(
+            "DELETE FROM rule_outcomes WHERE seq IN (
+                 SELECT seq FROM rule_outcomes WHERE recorded_at < ? LIMIT ?)",
+        )
+        .bind(before.as_millis())
+        .bind(i64::from(limit));
+        self.db.execute(query).await
+    }
+
     async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {
         // The memory worker hands over whole batches: multi-row statements, as for receipts.
         self.insert_rows(&self.outcomes_insert, outcomes, bind_outcome)
@@ -477,6 +497,13 @@ impl<B: Backend> Store for SqlStore<B> {
 
     async fn ping(&self) -> StoreResult<()> {
         self.db.execute(B::query("SELECT 1")).await?;
+        Ok(())
+    }
+
+    async fn reclaim_space(&self) -> StoreResult<()> {
+        if let Some(statement) = B::RECLAIM_SPACE {
+            self.db.execute(B::query(statement)).await?;
+        }
         Ok(())
     }
 }

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use herma_store::{Store, StoreError, StoreResult};
 use herma_store_sql::{Arg, Backend, DdlDialect, Migration, Query, SqlStore, backend};
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteArguments, SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Executor, Sqlite, SqlitePool, Transaction};
 
@@ -34,6 +34,9 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
+        // A new file gives pages freed by pruning back with `PRAGMA incremental_vacuum`; an
+        // older one needs one `VACUUM` to switch (docs/operations.md).
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(30))
         .foreign_keys(true);
@@ -115,6 +118,7 @@ impl Backend for SqliteBackend {
     const TEXT_ROWS: &'static str = "json_each(?)";
     const NOW_MILLIS: &'static str = "strftime('%s','now') * 1000";
     const BODY_BYTES: &'static str = "length(CAST(body AS BLOB))";
+    const RECLAIM_SPACE: Option<&'static str> = Some("PRAGMA incremental_vacuum(4096)");
     const DDL: DdlDialect = DdlDialect {
         integer: "INTEGER",
         key_text: "TEXT",

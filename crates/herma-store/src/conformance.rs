@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
             outcomes_are_listed_newest_first_per_scope,
+            old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept,
             a_large_batch_of_outcomes_keeps_its_order,
             h07_sixty_four_concurrent_compare_and_set_updates_have_exactly_one_winner,
             revisions_count_every_change_per_scope_and_collection,
@@ -741,6 +742,53 @@ pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn
         "other callers untouched"
     );
     assert_eq!(store.list_entities(&scope, None, 1).await.unwrap().len(), 1);
+}
+
+pub async fn old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept(
+    store: Arc<dyn Store>,
+) {
+    let (a, b) = (fresh_scope(), fresh_scope());
+    store
+        .insert_receipts(&[
+            receipt(&a, "rcpt_old1", 1),
+            receipt(&b, "rcpt_old2", 2),
+            receipt(&a, "rcpt_new", 10),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.prune_receipts(at(5), 1).await.unwrap(), 1);
+    assert_eq!(store.prune_receipts(at(5), 10).await.unwrap(), 1);
+    assert_eq!(store.prune_receipts(at(5), 10).await.unwrap(), 0);
+    assert!(store.get_receipt(&a, "rcpt_old1").await.unwrap().is_none());
+    assert!(store.get_receipt(&b, "rcpt_old2").await.unwrap().is_none());
+    assert!(store.get_receipt(&a, "rcpt_new").await.unwrap().is_some());
+
+    let outcome = |turn: u64| RuleOutcomeRecord {
+        caller_scope: a.clone(),
+        conversation_id: "c".into(),
+        turn,
+        provision_id: "p".into(),
+        provision_version: 1,
+        outcome: OutcomeKind::Injected,
+        error_signature: None,
+        receipt_id: None,
+        recorded_at: at(turn as i64),
+    };
+    store
+        .insert_outcomes(&[outcome(1), outcome(2), outcome(3), outcome(10)])
+        .await
+        .unwrap();
+    assert_eq!(store.prune_outcomes(at(5), 2).await.unwrap(), 2);
+    assert_eq!(store.prune_outcomes(at(5), 2).await.unwrap(), 1);
+    let left: Vec<u64> = store
+        .list_outcomes(&a, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| o.turn)
+        .collect();
+    assert_eq!(left, [10]);
+    store.reclaim_space().await.unwrap();
 }
 
 pub async fn outcomes_are_listed_newest_first_per_scope(store: Arc<dyn Store>) {

@@ -70,6 +70,8 @@ pub trait ReceiptStore: Send + Sync {
         scope: &CallerScope,
         id: &str,
     ) -> StoreResult<Option<InjectionReceipt>>;
+    /// Deletes up to `limit` receipts created before `before`, any scope; returns how many.
+    async fn prune_receipts(&self, before: Timestamp, limit: u32) -> StoreResult<u64>;
 }
 
 /// One observation of an entity in a proxied turn.
@@ -123,6 +125,9 @@ pub trait OutcomeStore: Send + Sync {
     /// Per provision: how often it was injected, answered directly and followed by an error,
     /// in provision id order.
     async fn rule_stats(&self, scope: &CallerScope) -> StoreResult<Vec<RuleStats>>;
+
+    /// Deletes up to `limit` outcomes recorded before `before`, any scope; returns how many.
+    async fn prune_outcomes(&self, before: Timestamp, limit: u32) -> StoreResult<u64>;
 }
 
 /// `once_per_conversation`: claims that a provision was applied in a conversation.
@@ -236,4 +241,9 @@ pub trait Store:
     async fn migrate(&self) -> StoreResult<Vec<AppliedMigration>>;
     /// A cheap round trip proving the store answers.
     async fn ping(&self) -> StoreResult<()>;
+    /// Gives pages freed by deletions back to the file system where the engine keeps them
+    /// (SQLite's incremental vacuum, a bounded step); a no-op elsewhere.
+    async fn reclaim_space(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }

@@ -333,6 +333,21 @@ impl DocumentStore for MemoryStore {
 
 #[async_trait]
 impl ReceiptStore for MemoryStore {
+    async fn prune_receipts(&self, before: Timestamp, limit: u32) -> StoreResult<u64> {
+        let mut inner = self.lock()?;
+        let old: Vec<(CallerScope, String)> = inner
+            .receipts
+            .iter()
+            .filter(|(_, r)| r.body.created_at < before)
+            .map(|(k, _)| k.clone())
+            .take(limit as usize)
+            .collect();
+        for key in &old {
+            inner.receipts.remove(key);
+        }
+        Ok(old.len() as u64)
+    }
+
     async fn insert_receipts(&self, receipts: &[InjectionReceipt]) -> StoreResult<()> {
         let mut inner = self.lock()?;
         for receipt in receipts {
@@ -502,6 +517,21 @@ impl OutcomeStore for MemoryStore {
                 .add(o.outcome, 1);
         }
         Ok(stats.into_values().collect())
+    }
+
+    async fn prune_outcomes(&self, before: Timestamp, limit: u32) -> StoreResult<u64> {
+        let mut inner = self.lock()?;
+        let mut left = limit as usize;
+        let before_len = inner.outcomes.len();
+        inner.outcomes.retain(|o| {
+            if left > 0 && o.recorded_at < before {
+                left -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        Ok((before_len - inner.outcomes.len()) as u64)
     }
 
     async fn insert_outcomes(&self, outcomes: &[RuleOutcomeRecord]) -> StoreResult<()> {

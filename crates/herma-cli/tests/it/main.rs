@@ -941,6 +941,27 @@ fn config_check_warns_about_redirected_providers_and_reports_each_turn_provider(
 }
 
 #[test]
+fn prune_says_what_it_deleted_and_what_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["prune"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "pruned 0 receipts (older than 30 days) and 0 rule outcomes (older than 90 days)"
+    );
+    let forever = run(
+        dir.path(),
+        &["prune"],
+        &[("HERMA_RECEIPT_RETENTION_DAYS", "0")],
+    );
+    assert!(
+        stdout(&forever).contains("0 receipts (kept forever)"),
+        "{}",
+        stdout(&forever)
+    );
+}
+
+#[test]
 fn conversations_budget_prints_every_provider_as_a_table_or_json() {
     let dir = tempfile::tempdir().unwrap();
     let env = [

@@ -65,6 +65,9 @@ pub struct Settings {
     pub body_budget_bytes: u64,
     /// Per-caller quotas on stored records.
     pub quotas: Quotas,
+    /// Days receipts and rule outcomes are kept (0: forever).
+    pub receipt_retention_days: u64,
+    pub outcome_retention_days: u64,
     pub key_cache_ttl_ms: u64,
     pub log_filter: String,
     pub log_format: LogFormat,
@@ -147,6 +150,8 @@ impl Settings {
         let body_read_timeout_ms = r.get(&BODY_READ_TIMEOUT_MS);
         let keep_alive_timeout_ms = r.get(&KEEP_ALIVE_TIMEOUT_MS);
         let body_budget_bytes = r.get(&BODY_BUDGET_BYTES);
+        let receipt_retention_days = r.get(&RECEIPT_RETENTION_DAYS);
+        let outcome_retention_days = r.get(&OUTCOME_RETENTION_DAYS);
         let quotas = Quotas {
             provisions: r.get(&CALLER_MAX_PROVISIONS),
             context_entries: r.get(&CALLER_MAX_CONTEXT_ENTRIES),
@@ -240,6 +245,8 @@ impl Settings {
             keep_alive_timeout_ms,
             body_budget_bytes,
             quotas,
+            receipt_retention_days,
+            outcome_retention_days,
             key_cache_ttl_ms,
             log_filter,
             log_format,

@@ -160,6 +160,24 @@ pub const CALLER_MAX_STORED_BYTES: Setting<Number> = Setting {
     },
     doc: "Bytes of provisions and context entries (their compact JSON) one caller scope may hold; a write past it is 403 `quota_exceeded`.",
 };
+pub const RECEIPT_RETENTION_DAYS: Setting<Number> = Setting {
+    name: "HERMA_RECEIPT_RETENTION_DAYS",
+    kind: Number {
+        default: 30,
+        min: 0,
+        max: 36_500,
+    },
+    doc: "Receipts older than this many days are deleted, in small batches off the request path (`herma serve` hourly, or `herma prune`); `0` keeps them forever.",
+};
+pub const OUTCOME_RETENTION_DAYS: Setting<Number> = Setting {
+    name: "HERMA_OUTCOME_RETENTION_DAYS",
+    kind: Number {
+        default: 90,
+        min: 0,
+        max: 36_500,
+    },
+    doc: "Rule outcomes (what insights and candidate provisions read) older than this many days are deleted the same way; `0` keeps them forever.",
+};
 
 pub const ADMIN_TOKEN: Setting<Credential> = Setting {
     name: "HERMA_ADMIN_TOKEN",
@@ -457,6 +475,11 @@ pub const GROUPS: &[Group] = &[
             &CALLER_MAX_CONTEXT_ENTRIES,
             &CALLER_MAX_STORED_BYTES,
         ],
+    },
+    Group {
+        title: "Retention",
+        doc: "How long receipts and rule outcomes are kept (`docs/operations.md`). Conversations expire after 24 hours on their own; provider health, ledgers and the governed audit trail are never pruned.",
+        settings: &[&RECEIPT_RETENTION_DAYS, &OUTCOME_RETENTION_DAYS],
     },
     Group {
         title: "Access",

@@ -1402,3 +1402,44 @@ async fn a_proxied_body_that_is_not_declared_json_is_415_in_the_protocols_shape(
     }
     assert_eq!(mock.requests().len(), PROTOCOLS.len());
 }
+
+/// Issue 17, finding 11: receipts past their retention are pruned; newer ones stay.
+#[tokio::test]
+async fn receipts_past_their_retention_are_pruned_and_newer_ones_kept() {
+    let app = spawn_app(Backend::Sqlite, &[("HERMA_RECEIPT_RETENTION_DAYS", "30")]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let path = "/v1/chat/completions";
+    let mut old = Vec::new();
+    for _ in 0..3 {
+        let response = send(&app, &mock, &key, path, body(path, "m", "hi", false), &[]).await;
+        old.push(
+            response.headers()["x-herma-receipt"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+        response.bytes().await.unwrap();
+    }
+    app.app.receipts.flush().await;
+    app.clock.advance_millis(31 * 86_400_000);
+    let response = send(&app, &mock, &key, path, body(path, "m", "hi", false), &[]).await;
+    let new = response.headers()["x-herma-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    response.bytes().await.unwrap();
+    app.app.receipts.flush().await;
+
+    let report = app.app.prune().await.unwrap();
+    assert_eq!(report.receipts, 3);
+    for id in &old {
+        let got = req(Method::GET, format!("/v1/receipts/{id}"))
+            .key(&key)
+            .send(&app)
+            .await;
+        assert_eq!(got.0, StatusCode::NOT_FOUND, "{id}");
+    }
+    assert_eq!(receipt(&app, &key, &new).await["stream_end"], "completed");
+    assert_eq!(app.app.prune().await.unwrap().receipts, 0);
+}

@@ -40,7 +40,8 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
                 "key_cohorts",
                 "governed",
                 "conversations",
-                "provider_health"
+                "provider_health",
+                "retention"
             ]
         );
         let spec = herma_store::conformance::provision("p", "k");
