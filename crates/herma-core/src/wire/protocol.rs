@@ -117,6 +117,11 @@ impl Protocol {
         Self::ALL.into_iter().find(|p| p.as_str() == raw)
     }
 
+    /// See [`WireProtocol::decoder`].
+    pub fn decoder(self) -> Box<dyn super::stream::EventDecoder> {
+        self.wire().decoder()
+    }
+
     /// See [`WireProtocol::credential`].
     pub fn credential(self, key: &str) -> (&'static str, String) {
         self.wire().credential(key)
