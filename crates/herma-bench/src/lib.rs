@@ -115,3 +115,16 @@ pub fn sibling(name: &str) -> Result<PathBuf> {
         ))
     }
 }
+
+/// A `/proc/PID/status` memory field in MiB (`VmRSS`, `VmHWM`).
+pub fn memory_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}

@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use herma_mocks::mock_upstream::MockUpstream;
 use serde_json::{Value, json};
 
-use herma_bench::{Result, cpu_ns, run_cli, sibling, spawn_gateway, taskset_available};
+use herma_bench::{Result, cpu_ns, memory_mib, run_cli, sibling, spawn_gateway, taskset_available};
 
 /// How many requests and how long, from `HERMA_LOAD_SCALE` (1 = the published run).
 struct Plan {
@@ -42,19 +42,6 @@ impl Plan {
             stream_requests: ((300.0 * scale) as usize).max(20),
         }
     }
-}
-
-/// A `/proc/PID/status` memory field in MiB (`VmRSS`, `VmHWM`).
-fn memory_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
 }
 
 #[derive(Clone)]
