@@ -76,22 +76,19 @@ impl App {
         let env = &self.settings.conversation.env;
         let disabled = &self.settings.upstream.disabled_providers;
         let day: String = now.to_rfc3339().chars().take(10).collect();
+        // Metered providers' reserved micros, Ollama's calls this UTC day: one read.
+        let counters: Vec<String> = Provider::ALL
+            .iter()
+            .map(|provider| match provider {
+                Provider::Ollama => format!("calls:{}:{day}", provider.as_str()),
+                _ => format!("provider:{}", provider.as_str()),
+            })
+            .collect();
+        let ledger = self.store.ledger(&counters).await.map_err(internal)?;
         let mut providers = Vec::new();
-        for provider in Provider::ALL {
+        for (provider, used) in Provider::ALL.into_iter().zip(ledger) {
             let name = provider.as_str();
             let config = ProviderConfig::resolve(env, provider);
-            let counter = match provider {
-                Provider::Ollama => format!("calls:{name}:{day}"),
-                _ => format!("provider:{name}"),
-            };
-            let used = self
-                .store
-                .ledger(std::slice::from_ref(&counter))
-                .await
-                .map_err(internal)?
-                .first()
-                .copied()
-                .unwrap_or(0);
             let mut line = ProviderBudget {
                 provider: name.to_owned(),
                 model: None,

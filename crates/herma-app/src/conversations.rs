@@ -27,9 +27,7 @@ use herma_core::conversation::config::{self, Pricing, ProviderConfig, Reservatio
 use herma_core::conversation::contract::{WorkContract, parse_work_contract};
 use herma_core::conversation::failover::{self, Failover, NextChoice, Permissions, StepEnd};
 use herma_core::conversation::grants::{GrantChoice, Grants};
-use herma_core::conversation::health::{
-    self, Finished, Gate, HealthScope, Recovery, Resources, SkipReason,
-};
+use herma_core::conversation::health::{self, Finished, Gate, Recovery, Resources, SkipReason};
 use herma_core::conversation::plan::{self, PlanEntry, ProviderPlan};
 use herma_core::conversation::providers::{AttemptOutcome, MAX_REQUEST_BYTES};
 use herma_core::conversation::turn::{
@@ -66,6 +64,9 @@ pub const LIMITS: TurnLimits = TurnLimits {
 pub const SEAL_AFTER_MS: i64 = 120_000;
 /// How long one attempt may take (below the sealing age, so a live attempt is never sealed).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(100);
+/// A further attempt of a planned turn starts only with at least this long before the
+/// turn's boundary.
+pub const MIN_ATTEMPT_MS: i64 = 10_000;
 /// How many recent turns `GET /v1/conversations/{id}` shows.
 pub const RECENT_TURNS: u32 = 20;
 
@@ -335,8 +336,12 @@ impl App {
         let mut last: Option<StepResult> = None;
         for (i, step) in steps.iter().enumerate() {
             let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            if n > 1 && !self.fence_held(&turn).await? {
-                // The sweeper sealed the turn (it outlived its two minutes): stop here.
+            let too_late =
+                self.clock.now().as_millis() > attempt_boundary(&turn).as_millis() - MIN_ATTEMPT_MS;
+            if n > 1 && (too_late || !self.fence_held(&turn).await?) {
+                // Too little of the turn's two minutes is left for another call to finish, or
+                // the sweeper sealed the turn: stop here rather than send a call bound to time
+                // out as uncertain.
                 break;
             }
             let result = self.step(&run, n, step, follows.take()).await?;
@@ -708,6 +713,7 @@ impl App {
             run.caller_tokens,
             now,
         );
+        let mut probing = false;
         let reserved = match &probed {
             None => self.store.reserve(&charges).await,
             Some(resource) => {
@@ -726,35 +732,27 @@ impl App {
                     .await
                 {
                     Ok(ProbeReservation::Admitted) => {
+                        probing = true;
                         record["recovery_probe"] = json!(true);
                         Ok(Reserved::All)
                     }
                     Ok(ProbeReservation::Denied { counter }) => Ok(Reserved::Denied { counter }),
                     Ok(ProbeReservation::NotLimited) => self.store.reserve(&charges).await,
                     Ok(ProbeReservation::Held { until }) => {
+                        // Another request took the lease first: the same skip the gate gives.
                         record["reservation_status"] = json!("not_reserved");
-                        let skip = health::Skip {
-                            outcome: AttemptOutcome::ProviderUnavailable,
-                            reason: SkipReason::ProbeInFlight,
-                            scope: if resource.starts_with("account:") {
-                                HealthScope::Account
-                            } else {
-                                HealthScope::Route
-                            },
-                            condition: records
-                                .iter()
-                                .find(|r| &r.resource == resource)
-                                .map(|r| r.condition.clone())
-                                .unwrap_or_default(),
-                            next_eligible_at: until,
-                        };
+                        let limited = records
+                            .iter()
+                            .find(|r| &r.resource == resource)
+                            .ok_or_else(|| internal("a probed resource has no health record"))?;
+                        let skip = health::probe_held(limited, until);
                         return self.health_skip(run, n, record, &skip, now).await;
                     }
                     Err(err) => Err(err),
                 }
             }
         };
-        let probed = probed.filter(|_| record.get("recovery_probe").is_some());
+        let probed = probed.filter(|_| probing);
         match reserved {
             Ok(Reserved::All) => {
                 record["reservation_status"] = json!("reserved");
@@ -806,8 +804,6 @@ impl App {
         let (answer, outcome) =
             self.read_attempt(&mut record, governed_run, report.as_ref(), run.contracts);
         let finished = Finished {
-            provider: config.provider,
-            model: &config.model,
             outcome,
             diagnostics: report.as_ref().and_then(|r| r.diagnostics.as_ref()),
             guidance: report.as_ref().map_or(&[], |r| r.guidance.as_slice()),
@@ -942,8 +938,7 @@ impl App {
             root_parts.push(&n);
         }
         let root_key = digest_key("turn", &root_parts);
-        // Never past the turn's boundary: the sweeper seals it two minutes after admission.
-        let boundary = run.turn.created_at.plus_millis(SEAL_AFTER_MS - 5_000);
+        let boundary = attempt_boundary(run.turn);
         let left = u64::try_from(boundary.as_millis() - now.as_millis()).unwrap_or(0);
         let timeout = ATTEMPT_TIMEOUT.min(Duration::from_millis(left.max(1)));
         let deadline = now.plus_millis(timeout.as_millis() as i64);
@@ -1387,6 +1382,12 @@ impl StepResult {
             denied_counter: None,
         }
     }
+}
+
+/// No attempt runs past this: the sweeper seals a turn two minutes after admission, and an
+/// attempt ends five seconds before that.
+fn attempt_boundary(turn: &TurnRecord) -> Timestamp {
+    turn.created_at.plus_millis(SEAL_AFTER_MS - 5_000)
 }
 
 fn attempt_id(request_id: &str, n: u32) -> String {

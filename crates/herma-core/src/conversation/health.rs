@@ -245,6 +245,12 @@ fn skip(record: &HealthRecord, reason: SkipReason, next: Timestamp) -> Skip {
     }
 }
 
+/// The skip of an attempt that found `record`'s probe lease taken by another request (until
+/// `until`) when it tried to take it.
+pub fn probe_held(record: &HealthRecord, until: Timestamp) -> Skip {
+    skip(record, SkipReason::ProbeInFlight, until)
+}
+
 /// The decision before an attempt on `resources`, from the stored `records` (any of the
 /// three, in any order) at `now`.
 pub fn gate(
@@ -327,8 +333,6 @@ pub struct Settlement {
 /// One finished attempt, as settlement needs it.
 #[derive(Clone, Copy, Debug)]
 pub struct Finished<'a> {
-    pub provider: Provider,
-    pub model: &'a str,
     pub outcome: AttemptOutcome,
     pub diagnostics: Option<&'a ProviderDiagnostics>,
     /// The reply's guidance headers (`Retry-After`, reset headers); none for a timeout.

@@ -591,23 +591,13 @@ impl<B: Backend> ConversationStore for SqlStore<B> {
     }
 
     async fn expire_probe(&self, probe_id: &str, record: &HealthRecord) -> StoreResult<bool> {
-        let query = B::query(
-            "UPDATE conversation_health SET
-                 scope = ?, condition = ?, until_at = ?, source = ?, failures = ?,
-                 limited_at = ?, origin = ?, probe_until = ?, probe_id = ?
-             WHERE resource = ? AND probe_id = ?",
-        )
-        .bind(record.scope.as_str())
-        .bind(record.condition.as_str())
-        .bind(record.until.as_millis())
-        .bind(record.source.as_str())
-        .bind(i64::from(record.failures))
-        .bind(record.limited_at.as_millis())
-        .bind(record.origin.as_str())
-        .bind(record.probe_until.map(Timestamp::as_millis))
-        .bind(record.probe_id.as_deref())
-        .bind(record.resource.as_str())
-        .bind(probe_id);
+        let sql = format!(
+            "UPDATE conversation_health SET ({HEALTH_COLUMNS}) = (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             WHERE resource = ? AND probe_id = ?"
+        );
+        let query = bind_health(B::query(&sql), record)
+            .bind(record.resource.as_str())
+            .bind(probe_id);
         Ok(self.db.execute(query).await? > 0)
     }
 }

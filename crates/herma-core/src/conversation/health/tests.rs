@@ -21,8 +21,6 @@ const OPEN: Recovery = Recovery {
 
 fn finished(outcome: AttemptOutcome, guidance: &[(String, String)]) -> Finished<'_> {
     Finished {
-        provider: Provider::Openai,
-        model: "gpt-x",
         outcome,
         diagnostics: None,
         guidance,
@@ -318,10 +316,7 @@ fn settle_fixtures_write_as_stated() {
         let outcome: AttemptOutcome = serde_json::from_value(case["outcome"].clone()).unwrap();
         let guidance: Vec<(String, String)> =
             serde_json::from_value(case["guidance"].clone()).unwrap();
-        let provider = Provider::parse(case["provider"].as_str().unwrap()).unwrap();
         let finished = Finished {
-            provider,
-            model: case["model"].as_str().unwrap(),
             outcome,
             diagnostics: None,
             guidance: &guidance,
