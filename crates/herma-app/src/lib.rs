@@ -126,6 +126,18 @@ impl App {
         self
     }
 
+    /// Journals every receipt in `journal` before the response it describes ends (a new writer
+    /// replaces the unjournaled one, which had written nothing yet).
+    pub fn with_receipt_journal(mut self, journal: Arc<herma_store::journal::FileJournal>) -> Self {
+        let capacity = usize::try_from(self.settings.receipt_queue_capacity).unwrap_or(10_000);
+        self.receipts = Arc::new(ReceiptWriter::spawn_journaled(
+            self.store.clone(),
+            capacity,
+            Some(journal),
+        ));
+        self
+    }
+
     /// Uses `tiers` for semantic and micromodel triggers.
     pub fn with_tiers(mut self, tiers: tiers::Tiers) -> Self {
         self.rules = RuleCache::new(

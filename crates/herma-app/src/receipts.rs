@@ -1,6 +1,11 @@
 //! The receipt writer: a bounded queue drained by one task that writes receipts in batches,
 //! off the request path. A full queue makes submitters wait (back-pressure); nothing is ever
 //! dropped silently. Shutdown closes the queue and waits until every receipt is written.
+//!
+//! With a [`FileJournal`], every receipt is appended to the journal when it is submitted —
+//! before the response it describes ends — and its segment is released once the batch holding
+//! it is stored, so a crashed process's receipts are recovered at the next start
+//! ([`recover_journal`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -8,6 +13,7 @@ use std::time::Duration;
 
 use herma_core::model::InjectionReceipt;
 use herma_store::ReceiptStore;
+use herma_store::journal::{FileJournal, JournalMark};
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -19,7 +25,7 @@ const LINGER: Duration = Duration::from_millis(2);
 
 /// What the writer task receives.
 enum Message {
-    Receipt(Box<InjectionReceipt>),
+    Receipt(Box<InjectionReceipt>, Option<JournalMark>),
     /// Answered once everything queued before it is written.
     Flush(oneshot::Sender<()>),
 }
@@ -28,6 +34,7 @@ pub struct ReceiptWriter {
     sender: RwLock<Option<mpsc::Sender<Message>>>,
     capacity: usize,
     store: Arc<dyn ReceiptStore>,
+    journal: Option<Arc<FileJournal>>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Receipts handed to background tasks (the queue was full, or already closed); shutdown
     /// waits for them too.
@@ -38,13 +45,23 @@ pub struct ReceiptWriter {
 impl ReceiptWriter {
     /// Starts the writer task on the current runtime.
     pub fn spawn(store: Arc<dyn ReceiptStore>, capacity: usize) -> Self {
+        Self::spawn_journaled(store, capacity, None)
+    }
+
+    /// Starts the writer task, journaling every receipt in `journal` first.
+    pub fn spawn_journaled(
+        store: Arc<dyn ReceiptStore>,
+        capacity: usize,
+        journal: Option<Arc<FileJournal>>,
+    ) -> Self {
         let capacity = capacity.max(1);
         let (sender, receiver) = mpsc::channel(capacity);
-        let task = tokio::spawn(drain(store.clone(), receiver));
+        let task = tokio::spawn(drain(store.clone(), receiver, journal.clone()));
         Self {
             sender: RwLock::new(Some(sender)),
             capacity,
             store,
+            journal,
             task: Mutex::new(Some(task)),
             detached: AtomicUsize::new(0),
             detached_done: Notify::new(),
@@ -55,29 +72,39 @@ impl ReceiptWriter {
         self.sender.read().ok().and_then(|s| s.clone())
     }
 
+    fn journal(&self, receipt: &InjectionReceipt) -> Option<JournalMark> {
+        self.journal.as_ref().and_then(|j| j.append(receipt))
+    }
+
     /// Queues a receipt, waiting while the queue is full.
     pub async fn submit(&self, receipt: InjectionReceipt) {
+        let mark = self.journal(&receipt);
+        self.queue(receipt, mark).await;
+    }
+
+    async fn queue(&self, receipt: InjectionReceipt, mark: Option<JournalMark>) {
         match self.sender() {
             Some(sender) => {
-                if let Err(mpsc::error::SendError(Message::Receipt(receipt))) =
-                    sender.send(Message::Receipt(Box::new(receipt))).await
+                if let Err(mpsc::error::SendError(Message::Receipt(receipt, mark))) =
+                    sender.send(Message::Receipt(Box::new(receipt), mark)).await
                 {
-                    self.write_now(vec![*receipt]).await;
+                    self.write_now(vec![(*receipt, mark)]).await;
                 }
             }
             // After shutdown: write it directly rather than lose it.
-            None => self.write_now(vec![receipt]).await,
+            None => self.write_now(vec![(receipt, mark)]).await,
         }
     }
 
     /// Queues a receipt from synchronous code (a finished or dropped response stream): at once
     /// when there is room, else from a tracked task that waits for room.
     pub fn submit_detached(self: &Arc<Self>, receipt: InjectionReceipt) {
+        let mark = self.journal(&receipt);
         let receipt = match self.sender() {
-            Some(sender) => match sender.try_send(Message::Receipt(Box::new(receipt))) {
+            Some(sender) => match sender.try_send(Message::Receipt(Box::new(receipt), mark)) {
                 Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(Message::Receipt(receipt)))
-                | Err(mpsc::error::TrySendError::Closed(Message::Receipt(receipt))) => *receipt,
+                Err(mpsc::error::TrySendError::Full(Message::Receipt(receipt, _)))
+                | Err(mpsc::error::TrySendError::Closed(Message::Receipt(receipt, _))) => *receipt,
                 Err(_) => return,
             },
             None => receipt,
@@ -90,15 +117,15 @@ impl ReceiptWriter {
         self.detached.fetch_add(1, Ordering::SeqCst);
         let writer = self.clone();
         runtime.spawn(async move {
-            writer.submit(receipt).await;
+            writer.queue(receipt, mark).await;
             if writer.detached.fetch_sub(1, Ordering::SeqCst) == 1 {
                 writer.detached_done.notify_waiters();
             }
         });
     }
 
-    async fn write_now(&self, batch: Vec<InjectionReceipt>) {
-        write_batch(self.store.as_ref(), batch).await;
+    async fn write_now(&self, batch: Vec<(InjectionReceipt, Option<JournalMark>)>) {
+        write_journaled(self.store.as_ref(), self.journal.as_deref(), batch).await;
     }
 
     /// Waits until every receipt queued before this call is written.
@@ -133,10 +160,17 @@ impl ReceiptWriter {
             }
             done.await;
         }
+        if let Some(journal) = &self.journal {
+            journal.close();
+        }
     }
 }
 
-async fn drain(store: Arc<dyn ReceiptStore>, mut receiver: mpsc::Receiver<Message>) {
+async fn drain(
+    store: Arc<dyn ReceiptStore>,
+    mut receiver: mpsc::Receiver<Message>,
+    journal: Option<Arc<FileJournal>>,
+) {
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
         // Under light load receipts trickle in one by one; waiting a moment lets one write
@@ -154,12 +188,12 @@ async fn drain(store: Arc<dyn ReceiptStore>, mut receiver: mpsc::Receiver<Messag
         let mut flushes = Vec::new();
         for message in messages.drain(..) {
             match message {
-                Message::Receipt(r) => batch.push(*r),
+                Message::Receipt(r, mark) => batch.push((*r, mark)),
                 Message::Flush(done) => flushes.push(done),
             }
         }
         if !batch.is_empty() {
-            write_batch(store.as_ref(), batch).await;
+            write_journaled(store.as_ref(), journal.as_deref(), batch).await;
         }
         for done in flushes {
             let _ = done.send(());
@@ -167,13 +201,31 @@ async fn drain(store: Arc<dyn ReceiptStore>, mut receiver: mpsc::Receiver<Messag
     }
 }
 
+/// Writes a batch and, when the whole batch is stored, releases its journal marks (a batch
+/// that failed stays journaled, for the next start to recover).
+async fn write_journaled(
+    store: &dyn ReceiptStore,
+    journal: Option<&FileJournal>,
+    batch: Vec<(InjectionReceipt, Option<JournalMark>)>,
+) {
+    let (receipts, marks): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    if write_batch(store, receipts).await
+        && let Some(journal) = journal
+    {
+        let marks: Vec<JournalMark> = marks.into_iter().flatten().collect();
+        if !marks.is_empty() {
+            journal.committed(&marks);
+        }
+    }
+}
+
 /// Writes a batch, retrying a failing store with backoff; a batch that still fails is logged
-/// with every receipt id, never discarded quietly.
-async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) {
+/// with every receipt id, never discarded quietly. True when every receipt was stored.
+async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) -> bool {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
         match store.insert_receipts(&batch).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(err) if attempt < 5 => {
                 tracing::warn!(error = %err, attempt, receipts = batch.len(), "writing receipts failed; retrying");
                 tokio::time::sleep(delay).await;
@@ -182,12 +234,14 @@ async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) {
             Err(err) if batch.len() > 1 => {
                 // One bad receipt must not take the others with it: write them one by one.
                 tracing::warn!(error = %err, receipts = batch.len(), "writing a batch failed; writing receipts singly");
+                let mut all = true;
                 for receipt in batch {
                     if let Err(err) = store.insert_receipts(std::slice::from_ref(&receipt)).await {
                         tracing::error!(error = %err, receipt = %receipt.id, "receipt could not be written");
+                        all = false;
                     }
                 }
-                return;
+                return all;
             }
             Err(err) => {
                 let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
@@ -195,6 +249,26 @@ async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) {
             }
         }
     }
+    false
+}
+
+/// Stores the receipts a crashed process left in `journal`'s directory, then removes their
+/// segments; returns how many there were. The store ignores receipts it already has.
+pub async fn recover_journal(
+    store: &dyn ReceiptStore,
+    journal: &FileJournal,
+) -> Result<usize, herma_store::StoreError> {
+    let orphans = journal.orphans().map_err(|e| {
+        herma_store::StoreError::Backend(format!("reading the receipt journal: {e}"))
+    })?;
+    let count = orphans.receipts.len();
+    for chunk in orphans.receipts.chunks(MAX_BATCH) {
+        store.insert_receipts(chunk).await?;
+    }
+    orphans.discard().map_err(|e| {
+        herma_store::StoreError::Backend(format!("removing recovered journal segments: {e}"))
+    })?;
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -200,6 +200,12 @@ fn init_logging(settings: &Settings) {
 /// Opens and migrates the configured database and loads the built-in starters (idempotent:
 /// unchanged starters keep their versions).
 async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
+    open_app_journaled(settings, false).await
+}
+
+/// The app; with `journaled`, receipts are journaled (`HERMA_RECEIPT_JOURNAL_DIR`) and what a
+/// crashed process left in the journal is stored first.
+async fn open_app_journaled(settings: Settings, journaled: bool) -> Result<Arc<App>, Failure> {
     let shown = settings.database.redacted();
     let connected = wiring::connect(&settings.database, settings.database_pool_size)
         .await
@@ -212,12 +218,42 @@ async fn open_app(settings: Settings) -> Result<Arc<App>, Failure> {
     for m in &applied {
         tracing::info!(version = m.version, name = %m.name, "applied migration");
     }
+    let journal = match wiring::receipt_journal_dir(&settings).filter(|_| journaled) {
+        None => None,
+        Some(dir) => {
+            let journal = herma_store::journal::FileJournal::open(&dir).map_err(|e| {
+                Failure::runtime(format!(
+                    "cannot open the receipt journal {} (HERMA_RECEIPT_JOURNAL_DIR): {e}",
+                    dir.display()
+                ))
+            })?;
+            let recovered =
+                herma_app::receipts::recover_journal(connected.store.as_ref(), &journal)
+                    .await
+                    .map_err(|e| {
+                        Failure::runtime(format!(
+                            "recovering receipts from the journal {} failed: {e}",
+                            dir.display()
+                        ))
+                    })?;
+            if recovered > 0 {
+                tracing::warn!(
+                    recovered,
+                    journal = %dir.display(),
+                    "stored receipts a stopped process had journaled but not written"
+                );
+            }
+            Some(Arc::new(journal))
+        }
+    };
     let tiers = wiring::open_tiers(&settings.tiers).await.tiers;
-    let app = Arc::new(
-        wiring::app(connected.store, settings)?
-            .with_tiers(tiers)
-            .with_governed(connected.governed),
-    );
+    let mut app = wiring::app(connected.store, settings)?
+        .with_tiers(tiers)
+        .with_governed(connected.governed);
+    if let Some(journal) = journal {
+        app = app.with_receipt_journal(journal);
+    }
+    let app = Arc::new(app);
     let starters = app.load_starters().await.map_err(|p| {
         Failure::runtime(format!(
             "loading the built-in starters failed: {}",

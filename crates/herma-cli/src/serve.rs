@@ -3,11 +3,11 @@
 use herma_core::settings::Settings;
 use tokio::net::TcpListener;
 
-use crate::{Failure, open_app};
+use crate::{Failure, open_app_journaled};
 
 pub async fn run(settings: Settings) -> Result<(), Failure> {
     let bind = settings.bind;
-    let app = open_app(settings).await?;
+    let app = open_app_journaled(settings, true).await?;
     // Turns a stopped process left unfinished are sealed now, then every 30 seconds.
     match app.sweep_conversations().await {
         Ok(0) => {}

@@ -84,6 +84,19 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> Result<App, Problem> {
     ))
 }
 
+/// Where `herma serve` journals receipts (`HERMA_RECEIPT_JOURNAL_DIR`); `None` when it is
+/// `off`.
+pub fn receipt_journal_dir(settings: &Settings) -> Option<PathBuf> {
+    match settings.receipt_journal_dir.as_deref().map(str::trim) {
+        Some("off") => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(match &settings.database {
+            DatabaseUrl::Sqlite(path) => PathBuf::from(format!("{path}.receipts")),
+            DatabaseUrl::Postgres(_) => PathBuf::from("herma-receipts"),
+        }),
+    }
+}
+
 /// The models of tiers 2 and 3 as opened.
 pub struct OpenedTiers {
     pub tiers: Tiers,

@@ -21,6 +21,7 @@ mod documents;
 mod error;
 pub mod governed;
 mod governed_memory;
+pub mod journal;
 mod memory;
 
 #[cfg(feature = "conformance")]

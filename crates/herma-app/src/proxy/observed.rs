@@ -73,13 +73,19 @@ impl Stream for ObservedBody {
         let this = &mut *self;
         match this.inner.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                if let Some(observer) = this.observer.as_mut() {
-                    observer.feed(&chunk);
-                }
                 if this.memory.is_some() {
                     let room = MAX_CAPTURED_RESPONSE.saturating_sub(this.captured.len());
                     this.captured
                         .extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                if let Some(observer) = this.observer.as_mut() {
+                    observer.feed(&chunk);
+                    // The protocol's last event is in this chunk: the client will know the
+                    // answer is whole once it has the chunk, so the receipt is sealed (and
+                    // journaled) before the chunk leaves.
+                    if this.streaming && observer.ended() {
+                        this.finish(StreamEnd::Completed);
+                    }
                 }
                 Poll::Ready(Some(Ok(chunk)))
             }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod crash;
 mod processes;
 
 const HERMA: &str = env!("CARGO_BIN_EXE_herma");

@@ -81,6 +81,8 @@ pub struct Settings {
     pub upstream_idle_timeout_ms: u64,
     pub rules_cache_ttl_ms: u64,
     pub receipt_queue_capacity: u64,
+    /// `HERMA_RECEIPT_JOURNAL_DIR` as given (`off` disables the journal).
+    pub receipt_journal_dir: Option<String>,
     pub memory_enabled: bool,
     pub memory_max_entities: u64,
     pub memory_queue_capacity: u64,
@@ -178,6 +180,7 @@ impl Settings {
         let upstream_idle_timeout_ms = r.get(&UPSTREAM_IDLE_TIMEOUT_MS);
         let rules_cache_ttl_ms = r.get(&RULES_CACHE_TTL_MS);
         let receipt_queue_capacity = r.get(&RECEIPT_QUEUE_CAPACITY);
+        let receipt_journal_dir = r.get(&RECEIPT_JOURNAL_DIR);
         let memory_max_entities = r.get(&MEMORY_MAX_ENTITIES);
         let memory_queue_capacity = r.get(&MEMORY_QUEUE_CAPACITY);
         let preview_rate_per_minute = r.get(&PREVIEW_RATE_PER_MINUTE);
@@ -259,6 +262,7 @@ impl Settings {
             upstream_idle_timeout_ms,
             rules_cache_ttl_ms,
             receipt_queue_capacity,
+            receipt_journal_dir,
             memory_enabled,
             memory_max_entities,
             memory_queue_capacity,

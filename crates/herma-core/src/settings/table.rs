@@ -306,6 +306,13 @@ pub const RECEIPT_QUEUE_CAPACITY: Setting<Number> = Setting {
     },
     doc: "Receipts waiting to be written; when full, requests wait (receipts are never dropped).",
 };
+pub const RECEIPT_JOURNAL_DIR: Setting<OptionalText> = Setting {
+    name: "HERMA_RECEIPT_JOURNAL_DIR",
+    kind: OptionalText {
+        form: "directory, or `off`",
+    },
+    doc: "Where `herma serve` journals each receipt before its response ends, so a crash loses none (recovered at the next start). Unset: `<database file>.receipts/` beside a SQLite database, `herma-receipts/` in the working directory with PostgreSQL.",
+};
 
 pub const MEMORY_ENABLED: Setting<Choice<bool>> = Setting {
     name: "HERMA_MEMORY_ENABLED",
@@ -513,6 +520,7 @@ pub const GROUPS: &[Group] = &[
             &SHIM_MAX_CHARS,
             &RULES_CACHE_TTL_MS,
             &RECEIPT_QUEUE_CAPACITY,
+            &RECEIPT_JOURNAL_DIR,
         ],
     },
     Group {

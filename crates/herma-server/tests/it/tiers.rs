@@ -268,10 +268,12 @@ async fn h06_engine_short_circuits_micromodel_when_keyword_matches() {
 #[tokio::test]
 async fn h16_malformed_replies_timeouts_and_rate_limits_never_activate_a_direct_answer() {
     let models = MockModels::start(Reply::decision(true, 0.95)).await;
+    // Long enough that a loaded machine still hears the prompt replies; the slow reply below
+    // outlasts it fourfold.
     let app = classifier_app(
         &models,
         Backend::Memory,
-        &[("HERMA_MICROMODEL_TIMEOUT_MS", "300")],
+        &[("HERMA_MICROMODEL_TIMEOUT_MS", "1500")],
     )
     .await;
     let mock = MockUpstream::start().await;
@@ -316,7 +318,7 @@ async fn h16_malformed_replies_timeouts_and_rate_limits_never_activate_a_direct_
     // fallback policy does.
     for failed in [
         Reply::Slow(
-            std::time::Duration::from_millis(2_000),
+            std::time::Duration::from_millis(6_000),
             r#"{"apply": true, "confidence": 1}"#.into(),
         ),
         Reply::RateLimited(7),
