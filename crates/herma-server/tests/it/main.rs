@@ -11,6 +11,8 @@ mod docs;
 mod gate;
 mod governance;
 mod handshake;
+#[cfg(unix)]
+mod harness;
 mod layout;
 mod limits;
 mod mcp;
