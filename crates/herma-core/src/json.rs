@@ -49,22 +49,19 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Problem> {
     serde_path_to_error::deserialize(Exact(value)).map_err(|err| {
         let mut pointer = path_to_pointer(err.path());
         let message = err.into_inner().to_string();
-        let detail = if let Some(field) = quoted_after(&message, "unknown field `") {
+        let detail = if let Some((field, _)) = quoted_after(&message, "unknown field `") {
             // The path already ends at the unknown member; add it only if it does not.
             let segment = format!("/{}", escape_pointer_segment(field));
             if !pointer.ends_with(&segment) {
                 pointer.push_str(&segment);
             }
             "unknown field".to_owned()
-        } else if let Some(field) = quoted_after(&message, "missing field `") {
+        } else if let Some((field, _)) = quoted_after(&message, "missing field `") {
             pointer.push('/');
             pointer.push_str(&escape_pointer_segment(field));
             "is required".to_owned()
-        } else if let Some(variant) = quoted_after(&message, "unknown variant `") {
-            let expected = message
-                .split_once(", expected ")
-                .map(|(_, rest)| rest)
-                .unwrap_or("a known value");
+        } else if let Some((variant, expected)) = quoted_after(&message, "unknown variant `") {
+            let expected = expected.unwrap_or("a known value");
             format!("unknown value `{variant}`, expected {expected}")
         } else {
             message
@@ -179,9 +176,20 @@ pub fn escape_pointer_segment(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }
 
-fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
+/// The name serde quotes after `prefix` (its messages are ``unknown field `NAME`, expected
+/// …``, ``… `NAME`, there are no fields`` and ``missing field `NAME` ``), and what it expected
+/// instead. A name is read up to serde's own text, not to its first backtick: a member name
+/// the caller wrote may hold backticks (and even `` `, expected ``, which the list of expected
+/// names never does).
+fn quoted_after<'a>(message: &'a str, prefix: &str) -> Option<(&'a str, Option<&'a str>)> {
     let rest = message.strip_prefix(prefix)?;
-    rest.split_once('`').map(|(field, _)| field)
+    if let Some((name, expected)) = rest.rsplit_once("`, expected ") {
+        return Some((name, Some(expected)));
+    }
+    ["`, there are no fields", "`, there are no variants", "`"]
+        .into_iter()
+        .find_map(|end| rest.strip_suffix(end))
+        .map(|name| (name, None))
 }
 
 fn path_to_pointer(path: &serde_path_to_error::Path) -> String {
@@ -376,6 +384,7 @@ impl<'de> Visitor<'de> for Strict<'_> {
 mod tests {
     use super::*;
     use serde::Deserialize;
+    use serde_json::json;
 
     #[test]
     fn accepts_ordinary_json() {
@@ -454,6 +463,34 @@ mod tests {
         assert_eq!(err.code, ProblemCode::ValidationFailed);
         assert_eq!(err.errors[0].pointer, "/inner/1/extra");
         assert_eq!(err.errors[0].detail, "unknown field");
+    }
+
+    #[test]
+    fn a_member_name_with_backticks_is_named_whole() {
+        // Found by the `strict_json` fuzz target: the name was cut at its first backtick and
+        // the pointer named a member that does not exist (`/a`b/a`).
+        for name in ["a`b", "`", "x`, expected `y`", "``"] {
+            let body = serde_json::to_vec(&json!({"name": "n", "inner": [], name: 1})).unwrap();
+            let err = from_slice::<Outer>(&body).unwrap_err();
+            let pointer = format!("/{}", escape_pointer_segment(name));
+            assert_eq!(err.errors[0].pointer, pointer, "{name}");
+            assert_eq!(err.errors[0].detail, "unknown field");
+        }
+    }
+
+    #[test]
+    fn an_unknown_value_with_backticks_is_quoted_whole() {
+        #[derive(Debug, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Kind {
+            Noun,
+            Verb,
+        }
+        let err = decode::<Kind>(json!("no`un, expected x")).unwrap_err();
+        assert_eq!(
+            err.errors[0].detail,
+            "unknown value `no`un, expected x`, expected `noun` or `verb`"
+        );
     }
 
     #[test]
