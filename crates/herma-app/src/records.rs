@@ -139,7 +139,25 @@ pub fn decode_update<D: Managed>(value: Value) -> Result<(D, u64), Problem> {
             )])
         })?,
     };
-    Ok((decode_record(Value::Object(map))?, expected))
+    Ok((
+        decode_record(Value::Object(map))?,
+        expected_version_in_range(expected)?,
+    ))
+}
+
+/// The largest version a record can have: versions are stored as signed 64-bit integers.
+pub const MAX_VERSION: u64 = i64::MAX as u64;
+
+/// An `expected_version` beyond any version a record can have is refused as a field error
+/// (it could only ever be stale, and the stores cannot even compare it).
+pub fn expected_version_in_range(expected: u64) -> Result<u64, Problem> {
+    if expected > MAX_VERSION {
+        return Err(Problem::validation(vec![FieldError::new(
+            "/expected_version",
+            format!("must be at most {MAX_VERSION}"),
+        )]));
+    }
+    Ok(expected)
 }
 
 impl App {
@@ -339,6 +357,9 @@ impl App {
         id: &str,
         expected_version: Option<u64>,
     ) -> Result<(), Problem> {
+        if let Some(expected) = expected_version {
+            expected_version_in_range(expected)?;
+        }
         let scope = self.write_scope::<D>(principal, partition, id).await?;
         self.typed::<D>()
             .delete(&scope, id, expected_version)

@@ -483,3 +483,66 @@ async fn a_caller_stores_at_most_its_quotas_and_others_are_not_affected() {
         .await;
     assert_eq!(fits.0, StatusCode::CREATED, "{}", fits.2);
 }
+
+/// Found by the API fuzz: an `expected_version` past the signed 64-bit range (which no record can
+/// have) was a 500 from the SQL stores; it is a field error, and nothing changes.
+async fn expected_version_beyond_any_version(backend: Backend) {
+    let app = spawn_app(backend, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let too_large = "9223372036854775808";
+    for (base, body) in [
+        ("/v1/provisions", provision("deploy")),
+        ("/v1/context", context_entry("deploy.checklist")),
+    ] {
+        let id = body["id"].as_str().unwrap().to_owned();
+        let created = req(Method::POST, base)
+            .key(&key)
+            .harness("claude-code")
+            .json(body.clone())
+            .send(&app)
+            .await;
+        assert_eq!(created.0, StatusCode::CREATED, "{}", created.2);
+        let deleted = req(
+            Method::DELETE,
+            format!("{base}/{id}?expected_version={too_large}"),
+        )
+        .key(&key)
+        .harness("claude-code")
+        .send(&app)
+        .await;
+        assert_problem(
+            &deleted,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+        assert_eq!(deleted.2["errors"][0]["pointer"], "/expected_version");
+        let mut update: Value = body.clone();
+        update["expected_version"] = serde_json::from_str(too_large).unwrap();
+        let updated = req(Method::PUT, format!("{base}/{id}"))
+            .key(&key)
+            .harness("claude-code")
+            .json(update)
+            .send(&app)
+            .await;
+        assert_problem(
+            &updated,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+        let read = req(Method::GET, format!("{base}/{id}"))
+            .key(&key)
+            .send(&app)
+            .await;
+        assert_eq!(read.2["version"], 1, "nothing changed: {}", read.2);
+    }
+}
+
+#[tokio::test]
+async fn an_expected_version_beyond_any_version_is_a_field_error_on_sqlite() {
+    expected_version_beyond_any_version(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_expected_version_beyond_any_version_is_a_field_error_on_postgres() {
+    expected_version_beyond_any_version(Backend::Postgres).await;
+}
