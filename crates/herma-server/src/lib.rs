@@ -112,9 +112,15 @@ fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .split_for_parts()
 }
 
-/// The OpenAPI document of this server.
-pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    api().1
+/// The OpenAPI document of this server, completed ([`openapi::complete`]).
+pub fn openapi_document() -> serde_json::Value {
+    document(api().1)
+}
+
+fn document(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
+    let mut value = serde_json::to_value(&doc).unwrap_or_default();
+    openapi::complete(&mut value);
+    value
 }
 
 /// The whole application, ready to serve. Tests call it without a socket.
@@ -125,7 +131,7 @@ pub fn router(app: Arc<App>) -> Router {
 /// [`router`] for a server listening on `local`.
 pub fn router_on(app: Arc<App>, local: Option<std::net::SocketAddr>) -> Router {
     let (routes, doc) = api();
-    let rendered = doc.to_pretty_json().unwrap_or_else(|_| "{}".to_owned());
+    let rendered = serde_json::to_string_pretty(&document(doc)).unwrap_or_else(|_| "{}".to_owned());
     let bodies = Arc::new(limits::BodyLimits::from_settings(&app.settings));
     let state = AppState {
         app,

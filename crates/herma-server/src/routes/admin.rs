@@ -57,6 +57,7 @@ pub async fn list_keys(
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct SyncQuery {
     /// Resume after this cursor (a stopped sync's `resume_after`).
     pub after: Option<String>,

@@ -34,7 +34,7 @@ pub struct DeleteQuery {
     /// `system_builtin` to delete a built-in (admins only).
     pub scope: Option<ScopeParam>,
     /// Delete only if the record is still at this version.
-    #[param(example = 3)]
+    #[param(example = 3, maximum = 9223372036854775807_u64)]
     pub expected_version: Option<u64>,
 }
 

@@ -237,3 +237,48 @@ async fn every_request_example_is_accepted_and_every_json_body_parses_strictly()
     }
     assert!(reads >= 10, "{reads} documented reads");
 }
+
+/// Problems are documented as what they are (`application/problem+json`, one of the listed
+/// `type` URIs), every keyed operation documents the gate's 401, and a stored record's schema
+/// accepts the stored fields (found by the API fuzz, `api_fuzz.rs`).
+#[tokio::test]
+async fn problems_statuses_and_stored_records_are_documented_as_served() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let doc = req(Method::GET, "/openapi.json").send(&app).await.2;
+    let text = doc.to_string();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                assert!(
+                    response["content"]["application/json"]["schema"]["$ref"]
+                        != "#/components/schemas/ProblemBody",
+                    "{method} {path} {status}: a problem documented as application/json"
+                );
+            }
+            if op.get("security").is_some() {
+                assert!(
+                    op["responses"].get("401").is_some(),
+                    "{method} {path} does not document 401"
+                );
+            }
+        }
+    }
+    let types = doc["components"]["schemas"]["ProblemBody"]["properties"]["type"]["enum"]
+        .as_array()
+        .unwrap();
+    assert!(types.contains(&Value::from("https://herma.dev/problems/version_conflict")));
+    assert!(
+        !text.contains("#/components/schemas/ScopeParam")
+            || doc["components"]["schemas"].get("ScopeParam").is_some()
+    );
+    let provision = &doc["components"]["schemas"]["Provision"];
+    assert_eq!(provision["additionalProperties"], false, "{provision}");
+    for member in ["id", "triggers", "caller_scope", "version", "created_at"] {
+        assert!(
+            provision["properties"].get(member).is_some(),
+            "Provision lacks {member}: {provision}"
+        );
+    }
+    let sync = &doc["paths"]["/v1/admin/tessera/sync"]["post"]["parameters"][0];
+    assert_eq!(sync["in"], "query", "{sync}");
+}
