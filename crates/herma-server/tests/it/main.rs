@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admin;
+mod api_fuzz;
 mod bad_input;
 mod conversation_plans;
 mod conversations;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::req;
 
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     #[allow(clippy::disallowed_methods)] // the test command chooses the interpreter
     if let Ok(path) = std::env::var("HERMA_TEST_PYTHON") {
         return PathBuf::from(path);
