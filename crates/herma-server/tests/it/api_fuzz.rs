@@ -127,6 +127,14 @@ async fn schemathesis_finds_no_failure_in_any_documented_operation() {
     ];
     for (run, args) in runs {
         let (passed, output) = schemathesis(&app, args).await;
+        // The figures of the run (shown with `--nocapture`): test cases generated and passed.
+        if let Some(figures) = output
+            .lines()
+            .skip_while(|line| !line.starts_with("Test cases:"))
+            .nth(1)
+        {
+            println!("schemathesis {run}: {}", figures.trim());
+        }
         assert!(passed, "schemathesis found failures {run}:\n{output}");
         let (selected, total, tested) = operation_figures(&output)
             .unwrap_or_else(|| panic!("schemathesis printed no summary {run}:\n{output}"));
