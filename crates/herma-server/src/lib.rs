@@ -117,7 +117,16 @@ pub fn openapi_document() -> serde_json::Value {
     document(api().1)
 }
 
-fn document(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
+fn document(mut doc: utoipa::openapi::OpenApi) -> serde_json::Value {
+    // A query parameter's type, which the handlers' annotations reference but do not register.
+    use utoipa::ToSchema;
+    doc.components
+        .get_or_insert_with(Default::default)
+        .schemas
+        .insert(
+            routes::ScopeParam::name().into_owned(),
+            <routes::ScopeParam as utoipa::PartialSchema>::schema(),
+        );
     let mut value = serde_json::to_value(&doc).unwrap_or_default();
     openapi::complete(&mut value);
     value

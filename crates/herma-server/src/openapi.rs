@@ -17,8 +17,7 @@ use utoipa::{Modify, OpenApi};
             Herma's own API speaks JSON; errors are RFC 9457 `application/problem+json` with a stable `code`.",
     ),
     modifiers(&SecuritySchemes),
-    components(schemas(ProblemBody, herma_core::problem::FieldError, herma_core::problem::ProblemCode,
-        crate::routes::ScopeParam)),
+    components(schemas(ProblemBody, herma_core::problem::FieldError, herma_core::problem::ProblemCode)),
     tags(
         (name = "provisions", description = "Your rules: triggers and actions"),
         (name = "context", description = "Your context entries: nouns, verbs and details"),
