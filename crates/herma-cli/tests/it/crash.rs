@@ -5,7 +5,6 @@
 //! turn ends sealed `provider_outcome_uncertain` by the same sweeper `herma serve` runs.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -15,33 +14,13 @@ use herma_test_support::mock_upstream::MockUpstream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::{Server, run, stdout};
+use crate::Server;
 
 const STREAMS: usize = 100;
 /// The process is killed as soon as this many streams have completed.
 const KILL_AFTER: usize = 40;
 const KEYS: usize = 10;
 const TURNS_PER_KEY: usize = 2;
-
-fn route_key(dir: &Path, contract: &Path) -> String {
-    let out = run(dir, &["keys", "create", "--scope", "route", "--json"], &[]);
-    assert!(out.status.success(), "{}", crate::stderr(&out));
-    let key: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let caller = key["caller_scope"].as_str().unwrap();
-    let imported = run(
-        dir,
-        &[
-            "context",
-            "import",
-            contract.to_str().unwrap(),
-            "--caller",
-            caller,
-        ],
-        &[],
-    );
-    assert!(imported.status.success(), "{}", crate::stderr(&imported));
-    key["key"].as_str().unwrap().to_owned()
-}
 
 fn turn_body(conversation: &str) -> Value {
     json!({"conversation_id": conversation, "request_id": "r1", "expected_version": 0,
@@ -109,16 +88,7 @@ async fn kill_9_mid_flight_loses_no_receipt_of_a_whole_response_and_dispatches_n
     let provider = MockProvider::start(Kind::Meta).await;
     let client = reqwest::Client::new();
 
-    assert!(run(dir.path(), &["migrate"], &[]).status.success());
-    let contract = json!({"id": "work.review", "kind": "verb", "title": "Schedule a review", "schema_or_body": {"work_contract": {
-        "operation_id": "schedule_review", "category_id": "review", "description": "Schedule a review of one document.",
-        "input_schema": {"type": "object", "properties": {"document": {"type": "string", "maxLength": 80}},
-            "required": ["document"], "additionalProperties": false}}}});
-    let contract_file = dir.path().join("contract.jsonl");
-    std::fs::write(&contract_file, format!("{contract}\n")).unwrap();
-    let keys: Vec<String> = (0..KEYS)
-        .map(|_| route_key(dir.path(), &contract_file))
-        .collect();
+    let keys = crate::processes::keys(dir.path(), &[], KEYS);
     let grants: Vec<Value> = keys
         .iter()
         .map(|k| json!({"caller_scope": format!("key:{}", &k[4..20]), "providers": [{"provider": "meta", "model": "muse-spark-1.3"}]}))

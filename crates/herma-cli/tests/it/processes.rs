@@ -19,10 +19,10 @@ async fn fresh_database() -> String {
     format!("{base}{sep}options=-c%20search_path%3D{schema}")
 }
 
-/// `count` route keys, each holding the contract; returns the keys.
-fn keys(dir: &Path, url: &str, count: usize) -> Vec<String> {
-    let env = [("HERMA_DATABASE_URL", url)];
-    assert!(run(dir, &["migrate"], &env).status.success());
+/// Migrates the database `env` names and issues `count` route keys, each holding the work
+/// contract `work.review`; returns the keys.
+pub(crate) fn keys(dir: &Path, env: &[(&str, &str)], count: usize) -> Vec<String> {
+    assert!(run(dir, &["migrate"], env).status.success());
     let contract = json!({"id": "work.review", "kind": "verb", "title": "Schedule a review", "schema_or_body": {"work_contract": {
         "operation_id": "schedule_review", "category_id": "review", "description": "Schedule a review of one document.",
         "input_schema": {"type": "object", "properties": {"document": {"type": "string", "maxLength": 80}},
@@ -31,7 +31,7 @@ fn keys(dir: &Path, url: &str, count: usize) -> Vec<String> {
     std::fs::write(&file, format!("{contract}\n")).unwrap();
     (0..count)
         .map(|_| {
-            let out = run(dir, &["keys", "create", "--scope", "route", "--json"], &env);
+            let out = run(dir, &["keys", "create", "--scope", "route", "--json"], env);
             assert!(out.status.success());
             let key: Value = serde_json::from_str(&stdout(&out)).unwrap();
             let caller = key["caller_scope"].as_str().unwrap();
@@ -44,7 +44,7 @@ fn keys(dir: &Path, url: &str, count: usize) -> Vec<String> {
                     "--caller",
                     caller,
                 ],
-                &env,
+                env,
             );
             assert!(imported.status.success());
             key["key"].as_str().unwrap().to_owned()
@@ -126,7 +126,7 @@ async fn two_processes_on_one_postgres_keep_one_ceiling_and_one_provider_health(
 
     // One turn's reservation, measured on a database of its own.
     let probe_url = fresh_database().await;
-    let probe_keys = keys(dir.path(), &probe_url, 2);
+    let probe_keys = keys(dir.path(), &[("HERMA_DATABASE_URL", &probe_url)], 2);
     let probe_settings = settings(&probe_url, &mock, &probe_keys, "1000");
     let probe = serve(dir.path(), &probe_settings);
     let (status, answer) = turn(&client, &probe.base, &probe_keys[0], "probe").await;
@@ -140,7 +140,7 @@ async fn two_processes_on_one_postgres_keep_one_ceiling_and_one_provider_health(
     // A ceiling of exactly ten turns; 32 turns from 16 keys race through two processes.
     const ADMITTED: u64 = 10;
     let url = fresh_database().await;
-    let race_keys = keys(dir.path(), &url, 16);
+    let race_keys = keys(dir.path(), &[("HERMA_DATABASE_URL", &url)], 16);
     let ceiling = per_turn * ADMITTED;
     let budget = format!("{}.{:06}", ceiling / 1_000_000, ceiling % 1_000_000);
     let race_settings = settings(&url, &mock, &race_keys, &budget);
