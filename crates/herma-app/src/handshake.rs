@@ -2,13 +2,10 @@
 //! (`GET {remote}/v1/context`, paged) into the caller's own scope, with `max_chars` clamped to
 //! `HERMA_HANDSHAKE_MAX_CHARS` and every cut recorded.
 
-use std::time::Duration;
-
 use herma_core::handshake::{Cut, HandshakeRequest, check_remote, clamp_max_chars, fit};
 use herma_core::json;
 use herma_core::model::{ContextEntrySpec, ContextKind};
 use herma_core::{Problem, ProblemCode};
-use herma_providers::fabric::FabricClient;
 use herma_store::DocumentStoreExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -90,12 +87,9 @@ impl App {
         let remote = check_remote(&request.remote, &self.settings.upstream.allowed_hosts)?;
         let base = remote.as_str().trim_end_matches('/').to_owned();
         let max_chars = clamp_max_chars(request.max_chars, self.settings.handshake_max_chars);
-        let client = FabricClient::new(
-            &base,
-            request.remote_key.as_deref(),
-            Duration::from_millis(self.settings.tessera_timeout_ms),
-        )
-        .map_err(remote_problem)?;
+        let client = self
+            .fabric(&base, request.remote_key.as_deref())
+            .map_err(remote_problem)?;
         let mut report = HandshakeReport {
             remote: base.clone(),
             max_chars,

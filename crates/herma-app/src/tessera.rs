@@ -15,6 +15,7 @@
 //! Every write is one statement, so nothing half-written is ever served.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,6 +40,22 @@ pub const MAX_PAGE_BYTES: usize = 8 << 20;
 /// Pages one sync reads at most (then it stops with a resume cursor).
 pub const MAX_SYNC_PAGES: usize = 10_000;
 
+impl App {
+    /// The client of a governed-fabric endpoint at `base` (Tessera, a remote context API):
+    /// natively its own HTTP client bounded by `HERMA_TESSERA_TIMEOUT_MS`; on wasm32 the
+    /// transport's [`App::upstream`] (the platform's fetch, bounded by the platform).
+    pub(crate) fn fabric(&self, base: &str, token: Option<&str>) -> Result<FabricClient, String> {
+        #[cfg(not(target_arch = "wasm32"))]
+        return FabricClient::new(
+            base,
+            token,
+            Duration::from_millis(self.settings.tessera_timeout_ms),
+        );
+        #[cfg(target_arch = "wasm32")]
+        Ok(FabricClient::over(self.upstream.clone(), base, token))
+    }
+}
+
 /// Where records come from.
 #[async_trait]
 pub trait TesseraSource: Send + Sync {
@@ -52,10 +69,16 @@ pub trait TesseraSource: Send + Sync {
 pub struct HttpSource(FabricClient);
 
 impl HttpSource {
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Result<Self, Problem> {
         FabricClient::new(base, token, timeout)
             .map(Self)
             .map_err(|e| Problem::new(ProblemCode::Internal, e))
+    }
+
+    /// A Tessera at `base` read through `client`.
+    pub fn over(client: FabricClient) -> Self {
+        Self(client)
     }
 }
 
@@ -190,11 +213,13 @@ impl App {
                 "no Tessera is configured: set HERMA_TESSERA_URL (and HERMA_TESSERA_TOKEN)",
             ));
         };
-        let source = HttpSource::new(
-            url,
-            self.settings.tessera_token.as_ref().map(|t| t.expose()),
-            Duration::from_millis(self.settings.tessera_timeout_ms),
-        )?;
+        let source = HttpSource::over(
+            self.fabric(
+                url,
+                self.settings.tessera_token.as_ref().map(|t| t.expose()),
+            )
+            .map_err(|e| Problem::new(ProblemCode::Internal, e))?,
+        );
         let report = self.tessera_sync(&source, after, &mut |_| {}).await?;
         tracing::info!(
             records = report.records,

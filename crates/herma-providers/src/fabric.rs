@@ -1,12 +1,21 @@
 //! Reading governed-fabric endpoints over HTTP: Tessera (`docs/tessera.md`: pages of records,
 //! content-addressed blobs) and remote Herma-compatible context APIs (handshakes). One request
-//! per call, no redirects, no retries, a hard timeout and a size limit on every body.
+//! per call, no redirects, no retries, bounded waits and a size limit on every body.
+//!
+//! The client speaks through the [`Upstream`] port, so it runs wherever one exists: natively
+//! over [`crate::HttpUpstream`] ([`FabricClient::new`]), at the edge over the platform's fetch
+//! ([`FabricClient::over`]).
 
-use std::time::Duration;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use crate::{Upstream, UpstreamError, UpstreamRequest};
 
 /// A Tessera or Herma-compatible endpoint.
 pub struct FabricClient {
-    client: reqwest::Client,
+    http: Arc<dyn Upstream>,
     base: String,
     token: Option<String>,
 }
@@ -20,43 +29,66 @@ impl std::fmt::Debug for FabricClient {
 }
 
 impl FabricClient {
-    pub fn new(base: &str, token: Option<&str>, timeout: Duration) -> Result<Self, String> {
-        let client = crate::client_builder(crate::dns::GuardedResolver::system())
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| e.to_string())?;
-        Ok(Self {
-            client,
+    /// A client of `base` over its own HTTP client, which connects, waits for the headers and
+    /// waits between body chunks at most `timeout` each.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new(
+        base: &str,
+        token: Option<&str>,
+        timeout: std::time::Duration,
+    ) -> Result<Self, String> {
+        let http =
+            crate::HttpUpstream::new(timeout, timeout, timeout).map_err(|e| e.to_string())?;
+        Ok(Self::over(Arc::new(http), base, token))
+    }
+
+    /// A client of `base` over `http`.
+    pub fn over(http: Arc<dyn Upstream>, base: &str, token: Option<&str>) -> Self {
+        Self {
+            http,
             base: base.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
-        })
+        }
     }
 
     async fn get(&self, url: String, max_bytes: usize) -> Result<Vec<u8>, String> {
-        let mut request = self.client.get(&url);
+        let mut headers = vec![("accept".to_owned(), b"application/json".to_vec())];
         if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let mut response = request.send().await.map_err(|e| crate::describe(&e))?;
-        let status = response.status();
-        if status.is_redirection() {
-            return Err(format!(
-                "answered {} with a redirect; Herma never follows redirects",
-                status.as_u16()
+            headers.push((
+                "authorization".to_owned(),
+                format!("Bearer {token}").into_bytes(),
             ));
         }
-        if !status.is_success() {
-            return Err(format!("answered HTTP {}", status.as_u16()));
+        let request = UpstreamRequest {
+            method: "GET".to_owned(),
+            url,
+            headers,
+            body: Bytes::new(),
+        };
+        let response = match self.http.send(request).await {
+            Ok(response) => response,
+            Err(UpstreamError::Redirect(status)) => {
+                return Err(format!(
+                    "answered {status} with a redirect; Herma never follows redirects"
+                ));
+            }
+            Err(e) => return Err(phrase(&e)),
+        };
+        if !(200..300).contains(&response.status) {
+            return Err(format!("answered HTTP {}", response.status));
         }
-        if response
-            .content_length()
-            .is_some_and(|n| n > max_bytes as u64)
-        {
+        let declared = response
+            .headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max_bytes as u64) {
             return Err(format!("the body is larger than {max_bytes} bytes"));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| crate::describe(&e))? {
+        let mut chunks = response.body;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| phrase(&e))?;
             if body.len() + chunk.len() > max_bytes {
                 return Err(format!("the body is larger than {max_bytes} bytes"));
             }
@@ -73,7 +105,7 @@ impl FabricClient {
         max_bytes: usize,
     ) -> Result<Vec<u8>, String> {
         let mut url =
-            reqwest::Url::parse(&format!("{}{path}", self.base)).map_err(|e| e.to_string())?;
+            url::Url::parse(&format!("{}{path}", self.base)).map_err(|e| e.to_string())?;
         for (k, v) in query {
             url.query_pairs_mut().append_pair(k, v);
         }
@@ -97,5 +129,15 @@ impl FabricClient {
     pub async fn blob(&self, digest: &str, max_bytes: usize) -> Result<Vec<u8>, String> {
         self.get(format!("{}/v1/blobs/{digest}", self.base), max_bytes)
             .await
+    }
+}
+
+/// The failure as the fixed phrase a report may show (`connection failed`, `timed out`, `body
+/// failed`, …); the detail went to the server log where the HTTP client saw it.
+fn phrase(err: &UpstreamError) -> String {
+    match err {
+        UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
+        UpstreamError::Timeout(_) => "timed out".to_owned(),
+        other => other.to_string(),
     }
 }

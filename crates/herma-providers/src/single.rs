@@ -30,7 +30,9 @@ use herma_core::wire::Protocol;
 use herma_core::wire::stream::{StreamDecoder, StreamError};
 use thiserror::Error;
 
-use crate::{BodyStream, HttpUpstream, Upstream, UpstreamError, UpstreamRequest};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::HttpUpstream;
+use crate::{BodyStream, Upstream, UpstreamError, UpstreamRequest};
 
 /// Why a dispatch failed. Never carries a provider body or a credential.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -105,6 +107,7 @@ impl std::fmt::Debug for SingleDispatchClient {
 }
 
 impl SingleDispatchClient {
+    #[cfg(not(target_arch = "wasm32"))]
     fn build(
         protocol: Protocol,
         base: &str,
@@ -121,6 +124,7 @@ impl SingleDispatchClient {
         })
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     /// OpenAI's Responses API at `base` (e.g. `https://api.openai.com/v1`): `POST {base}/responses`.
     pub fn openai_responses(
         base: &str,
@@ -130,6 +134,7 @@ impl SingleDispatchClient {
         Self::build(Protocol::Responses, base, api_key, timeouts)
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     /// Anthropic's Messages API at `base` (e.g. `https://api.anthropic.com`):
     /// `POST {base}/v1/messages`.
     pub fn anthropic_messages(
@@ -140,6 +145,7 @@ impl SingleDispatchClient {
         Self::build(Protocol::Messages, base, api_key, timeouts)
     }
 
+    #[cfg(not(target_arch = "wasm32"))]
     /// A Chat-Completions-style provider at `base`: `POST {base}/chat/completions`.
     pub fn chat_completions(
         base: &str,

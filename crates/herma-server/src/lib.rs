@@ -20,13 +20,11 @@ pub mod openapi;
 pub mod pages;
 pub mod routes;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 use herma_app::App;
 use herma_core::{Problem, ProblemCode};
-use tokio::net::TcpListener;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -172,10 +170,11 @@ async fn method_not_allowed() -> ApiError {
 /// Serves `app` on `listener` until `shutdown` resolves, then finishes in-flight requests and
 /// writes every queued receipt. Connections are HTTP/1.1 under `HERMA_MAX_CONNECTIONS` and the
 /// head and idle deadlines ([`conn::accept`]).
+#[cfg(not(target_arch = "wasm32"))]
 pub async fn serve(
-    listener: TcpListener,
+    listener: tokio::net::TcpListener,
     app: Arc<App>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr().ok();
     let limits = conn::ConnectionLimits::from_settings(

@@ -9,9 +9,8 @@ use herma_core::semantic::RuleVectors;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{Collection, Revisions, StoreResult, StoredDoc, StoredVectors, decode_vectors};
 use serde_json::Value;
-use sqlx::Row;
 
-use crate::{backend, corrupt, to_u64};
+use crate::{corrupt, to_u64};
 
 /// The column reads the decoders need, implemented for both backends' rows.
 pub trait SqlRow {
@@ -22,29 +21,37 @@ pub trait SqlRow {
     fn bytes(&self, column: &str) -> StoreResult<Vec<u8>>;
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! sql_row {
     ($row:ty) => {
         impl SqlRow for $row {
             fn text(&self, column: &str) -> StoreResult<String> {
-                self.try_get(column).map_err(backend)
+                sqlx::Row::try_get(self, column)
+                    .map_err(|e| herma_store::StoreError::Backend(e.to_string()))
             }
             fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
-                self.try_get(column).map_err(backend)
+                sqlx::Row::try_get(self, column)
+                    .map_err(|e| herma_store::StoreError::Backend(e.to_string()))
             }
             fn int(&self, column: &str) -> StoreResult<i64> {
-                self.try_get(column).map_err(backend)
+                sqlx::Row::try_get(self, column)
+                    .map_err(|e| herma_store::StoreError::Backend(e.to_string()))
             }
             fn opt_int(&self, column: &str) -> StoreResult<Option<i64>> {
-                self.try_get(column).map_err(backend)
+                sqlx::Row::try_get(self, column)
+                    .map_err(|e| herma_store::StoreError::Backend(e.to_string()))
             }
             fn bytes(&self, column: &str) -> StoreResult<Vec<u8>> {
-                self.try_get(column).map_err(backend)
+                sqlx::Row::try_get(self, column)
+                    .map_err(|e| herma_store::StoreError::Backend(e.to_string()))
             }
         }
     };
 }
 
+#[cfg(feature = "sqlite")]
 sql_row!(sqlx::sqlite::SqliteRow);
+#[cfg(feature = "postgres")]
 sql_row!(sqlx::postgres::PgRow);
 
 pub(crate) fn scope(row: &impl SqlRow) -> StoreResult<CallerScope> {

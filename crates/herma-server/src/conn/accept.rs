@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, Request, header};
 use axum::response::{IntoResponse, Response};
 use herma_core::time::Clock;
@@ -295,7 +294,7 @@ impl hyper::service::Service<Request<Incoming>> for RouterService {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         self.activity.begin();
         let end = ResponseEnd(self.activity.clone());
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        request.extensions_mut().insert(self.peer);
         let router = self.router.clone();
         Box::pin(async move {
             let response = match router.oneshot(request).await {

@@ -5,19 +5,25 @@
 //! `ProblemIo<DeadlineIo<TcpStream>>`: [`deadline`] holds the head and idle deadlines below
 //! hyper, [`problem`] turns hyper's own answers to unparseable heads into problem+json.
 //! Every connection has TCP_NODELAY set (small writes, such as SSE events, go out at once) and
-//! its peer as request extension (`axum::extract::ConnectInfo<Peer>`).
+//! its [`Peer`] as a request extension.
 
+#[cfg(not(target_arch = "wasm32"))]
 pub mod accept;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod deadline;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod problem;
 
 use std::net::SocketAddr;
 
+#[cfg(not(target_arch = "wasm32"))]
 pub use accept::{ConnectionLimits, connection_cap};
+#[cfg(not(target_arch = "wasm32"))]
 pub use deadline::Timeouts;
+#[cfg(not(target_arch = "wasm32"))]
 pub use problem::ProblemIo;
 
-/// The peer of a connection, as request extensions carry it
-/// (`axum::extract::ConnectInfo<Peer>`).
+/// The peer of a connection, as request extensions carry it (a plain extension rather than
+/// axum's `ConnectInfo`, which exists only where axum serves sockets itself).
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);

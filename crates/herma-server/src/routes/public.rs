@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use herma_app::dry_run::{DryRunReport, DryRunRequest};
@@ -25,12 +25,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PeerAddr {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(Self(
-            parts
-                .extensions
-                .get::<ConnectInfo<Peer>>()
-                .map(|ConnectInfo(Peer(addr))| *addr),
-        ))
+        Ok(Self(parts.extensions.get::<Peer>().map(|Peer(addr)| *addr)))
     }
 }
 
