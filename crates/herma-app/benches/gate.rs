@@ -37,7 +37,14 @@ fn bench_gate(c: &mut Criterion) {
         let upstream: Arc<dyn herma_providers::Upstream> = Arc::new(
             herma_providers::HttpUpstream::new(second, second, second).expect("http client"),
         );
-        let app = App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream);
+        let app = App::with_parts(
+            store,
+            settings,
+            clock.clone(),
+            Arc::new(OsRandom),
+            upstream,
+            Arc::new(herma_store::TokioRuntime),
+        );
         let issued = app
             .issue_key(NewKey {
                 scopes: Scopes::parse_list("route", "s").expect("scopes"),

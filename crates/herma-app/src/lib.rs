@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use herma_core::settings::Settings;
 use herma_providers::Upstream;
-use herma_store::Store;
+use herma_store::{Runtime, Store};
 
 use clock::Random;
 use gate::Gate;
@@ -59,6 +59,8 @@ pub struct App {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub random: Arc<dyn Random>,
+    /// Where the receipt writer and the memory worker run, and how they wait.
+    pub runtime: Arc<dyn Runtime>,
     pub gate: Gate,
     pub rules: RuleCache,
     pub receipts: Arc<ReceiptWriter>,
@@ -84,6 +86,7 @@ impl App {
         clock: Arc<dyn Clock>,
         random: Arc<dyn Random>,
         upstream: Arc<dyn Upstream>,
+        runtime: Arc<dyn Runtime>,
     ) -> Self {
         let gate = Gate::new(
             store.clone(),
@@ -94,12 +97,17 @@ impl App {
         );
         let rules = RuleCache::new(store.clone(), clock.clone(), settings.rules_cache_ttl_ms);
         let capacity = usize::try_from(settings.receipt_queue_capacity).unwrap_or(10_000);
-        let receipts = Arc::new(ReceiptWriter::spawn(store.clone(), capacity));
+        let receipts = Arc::new(ReceiptWriter::spawn(
+            store.clone(),
+            capacity,
+            runtime.clone(),
+        ));
         let memory = settings.memory_enabled.then(|| {
             Arc::new(MemoryWorker::spawn(
                 store.clone(),
                 usize::try_from(settings.memory_queue_capacity).unwrap_or(10_000),
                 settings.memory_max_entities,
+                runtime.clone(),
             ))
         });
         let preview_limit = RateLimiter::new(settings.preview_rate_per_minute, clock.clone());
@@ -107,6 +115,7 @@ impl App {
             store,
             clock,
             random,
+            runtime,
             gate,
             rules,
             receipts,
@@ -134,6 +143,7 @@ impl App {
             self.store.clone(),
             capacity,
             Some(journal),
+            self.runtime.clone(),
         ));
         self
     }

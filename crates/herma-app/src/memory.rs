@@ -18,9 +18,8 @@ use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
 use herma_core::wire::Protocol;
 use herma_core::wire::answer::response_text;
 use herma_core::{CallerScope, Timestamp};
-use herma_store::Store;
+use herma_store::{Runtime, Store};
 use tokio::sync::{Mutex, mpsc, oneshot};
-use tokio::task::JoinHandle;
 
 /// Response bytes kept for extraction at most.
 pub const MAX_CAPTURED_RESPONSE: usize = 256 * 1024;
@@ -54,17 +53,33 @@ enum Message {
 
 pub struct MemoryWorker {
     sender: std::sync::RwLock<Option<mpsc::Sender<Message>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// Resolves when the worker task has processed everything and stopped.
+    task: Mutex<Option<oneshot::Receiver<()>>>,
     dropped: AtomicU64,
 }
 
 impl MemoryWorker {
-    pub fn spawn(store: Arc<dyn Store>, capacity: usize, max_entities: u64) -> Self {
+    /// Starts the worker task on `runtime`.
+    pub fn spawn(
+        store: Arc<dyn Store>,
+        capacity: usize,
+        max_entities: u64,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
-        let task = tokio::spawn(run(store, receiver, max_entities));
+        let (stopped, task) = oneshot::channel();
+        let work = run(store, receiver, max_entities, runtime.clone());
+        let started = runtime.spawn(Box::pin(async move {
+            work.await;
+            let _ = stopped.send(());
+        }));
+        if !started {
+            tracing::error!("the memory worker could not start: the runtime has stopped");
+        }
         Self {
-            sender: std::sync::RwLock::new(Some(sender)),
-            task: Mutex::new(Some(task)),
+            // Without a running task every turn counts as skipped.
+            sender: std::sync::RwLock::new(started.then_some(sender)),
+            task: Mutex::new(started.then_some(task)),
             dropped: AtomicU64::new(0),
         }
     }
@@ -122,13 +137,18 @@ const BATCH: usize = 128;
 /// Under light load turns trickle in one by one; waiting this long lets one write carry many.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
-async fn run(store: Arc<dyn Store>, mut receiver: mpsc::Receiver<Message>, max_entities: u64) {
+async fn run(
+    store: Arc<dyn Store>,
+    mut receiver: mpsc::Receiver<Message>,
+    max_entities: u64,
+    runtime: Arc<dyn Runtime>,
+) {
     let mut pending: Vec<RuleOutcomeRecord> = Vec::new();
     let mut messages = Vec::with_capacity(BATCH);
     while receiver.recv_many(&mut messages, BATCH).await > 0 {
         let flushing = messages.iter().any(|m| matches!(m, Message::Flush(_)));
         if messages.len() < BATCH && !flushing {
-            tokio::time::sleep(LINGER).await;
+            runtime.sleep(LINGER).await;
             while messages.len() < BATCH {
                 match receiver.try_recv() {
                     Ok(message) => messages.push(message),

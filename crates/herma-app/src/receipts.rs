@@ -12,11 +12,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use herma_core::model::InjectionReceipt;
-use herma_store::ReceiptStore;
 use herma_store::journal::{FileJournal, JournalMark};
+use herma_store::{ReceiptStore, Runtime};
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
-use tokio::task::JoinHandle;
 
 /// Receipts written per store call at most.
 const MAX_BATCH: usize = 256;
@@ -35,7 +34,9 @@ pub struct ReceiptWriter {
     capacity: usize,
     store: Arc<dyn ReceiptStore>,
     journal: Option<Arc<FileJournal>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    runtime: Arc<dyn Runtime>,
+    /// Resolves when the writer task has written everything and stopped.
+    task: Mutex<Option<oneshot::Receiver<()>>>,
     /// Receipts handed to background tasks (the queue was full, or already closed); shutdown
     /// waits for them too.
     detached: AtomicUsize,
@@ -43,9 +44,9 @@ pub struct ReceiptWriter {
 }
 
 impl ReceiptWriter {
-    /// Starts the writer task on the current runtime.
-    pub fn spawn(store: Arc<dyn ReceiptStore>, capacity: usize) -> Self {
-        Self::spawn_journaled(store, capacity, None)
+    /// Starts the writer task on `runtime`.
+    pub fn spawn(store: Arc<dyn ReceiptStore>, capacity: usize, runtime: Arc<dyn Runtime>) -> Self {
+        Self::spawn_journaled(store, capacity, None, runtime)
     }
 
     /// Starts the writer task, journaling every receipt in `journal` first.
@@ -53,16 +54,25 @@ impl ReceiptWriter {
         store: Arc<dyn ReceiptStore>,
         capacity: usize,
         journal: Option<Arc<FileJournal>>,
+        runtime: Arc<dyn Runtime>,
     ) -> Self {
         let capacity = capacity.max(1);
         let (sender, receiver) = mpsc::channel(capacity);
-        let task = tokio::spawn(drain(store.clone(), receiver, journal.clone()));
+        let (stopped, task) = oneshot::channel();
+        let drained = drain(store.clone(), receiver, journal.clone(), runtime.clone());
+        let started = runtime.spawn(Box::pin(async move {
+            drained.await;
+            let _ = stopped.send(());
+        }));
+        // Without a running writer every receipt is written as it is submitted.
+        let sender = started.then_some(sender);
         Self {
-            sender: RwLock::new(Some(sender)),
+            sender: RwLock::new(sender),
             capacity,
             store,
             journal,
-            task: Mutex::new(Some(task)),
+            runtime,
+            task: Mutex::new(started.then_some(task)),
             detached: AtomicUsize::new(0),
             detached_done: Notify::new(),
         }
@@ -109,23 +119,34 @@ impl ReceiptWriter {
             },
             None => receipt,
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // The runtime is gone (process teardown): nothing can write any more. Say so.
-            tracing::error!(receipt = %receipt.id, "receipt could not be written: the runtime has stopped");
-            return;
-        };
+        let id = receipt.id.clone();
         self.detached.fetch_add(1, Ordering::SeqCst);
         let writer = self.clone();
-        runtime.spawn(async move {
+        let started = self.runtime.spawn(Box::pin(async move {
             writer.queue(receipt, mark).await;
-            if writer.detached.fetch_sub(1, Ordering::SeqCst) == 1 {
-                writer.detached_done.notify_waiters();
-            }
-        });
+            writer.detached_finished();
+        }));
+        if !started {
+            // The runtime is gone (process teardown): nothing can write any more. Say so.
+            tracing::error!(receipt = %id, "receipt could not be written: the runtime has stopped");
+            self.detached_finished();
+        }
+    }
+
+    fn detached_finished(&self) {
+        if self.detached.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.detached_done.notify_waiters();
+        }
     }
 
     async fn write_now(&self, batch: Vec<(InjectionReceipt, Option<JournalMark>)>) {
-        write_journaled(self.store.as_ref(), self.journal.as_deref(), batch).await;
+        write_journaled(
+            self.store.as_ref(),
+            self.journal.as_deref(),
+            batch,
+            self.runtime.as_ref(),
+        )
+        .await;
     }
 
     /// Waits until every receipt queued before this call is written.
@@ -170,13 +191,14 @@ async fn drain(
     store: Arc<dyn ReceiptStore>,
     mut receiver: mpsc::Receiver<Message>,
     journal: Option<Arc<FileJournal>>,
+    runtime: Arc<dyn Runtime>,
 ) {
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
         // Under light load receipts trickle in one by one; waiting a moment lets one write
         // carry many of them instead of paying a round trip each.
         if messages.len() < MAX_BATCH {
-            tokio::time::sleep(LINGER).await;
+            runtime.sleep(LINGER).await;
             while messages.len() < MAX_BATCH {
                 match receiver.try_recv() {
                     Ok(message) => messages.push(message),
@@ -193,7 +215,7 @@ async fn drain(
             }
         }
         if !batch.is_empty() {
-            write_journaled(store.as_ref(), journal.as_deref(), batch).await;
+            write_journaled(store.as_ref(), journal.as_deref(), batch, runtime.as_ref()).await;
         }
         for done in flushes {
             let _ = done.send(());
@@ -207,9 +229,10 @@ async fn write_journaled(
     store: &dyn ReceiptStore,
     journal: Option<&FileJournal>,
     batch: Vec<(InjectionReceipt, Option<JournalMark>)>,
+    runtime: &dyn Runtime,
 ) {
     let (receipts, marks): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-    if write_batch(store, receipts).await
+    if write_batch(store, receipts, runtime).await
         && let Some(journal) = journal
     {
         let marks: Vec<JournalMark> = marks.into_iter().flatten().collect();
@@ -221,14 +244,18 @@ async fn write_journaled(
 
 /// Writes a batch, retrying a failing store with backoff; a batch that still fails is logged
 /// with every receipt id, never discarded quietly. True when every receipt was stored.
-async fn write_batch(store: &dyn ReceiptStore, batch: Vec<InjectionReceipt>) -> bool {
+async fn write_batch(
+    store: &dyn ReceiptStore,
+    batch: Vec<InjectionReceipt>,
+    runtime: &dyn Runtime,
+) -> bool {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
         match store.insert_receipts(&batch).await {
             Ok(()) => return true,
             Err(err) if attempt < 5 => {
                 tracing::warn!(error = %err, attempt, receipts = batch.len(), "writing receipts failed; retrying");
-                tokio::time::sleep(delay).await;
+                runtime.sleep(delay).await;
                 delay *= 2;
             }
             Err(err) if batch.len() > 1 => {
@@ -370,7 +397,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_makes_submitters_wait_and_loses_nothing() {
         let store = gated(0, 0);
-        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 2));
+        let writer = Arc::new(ReceiptWriter::spawn(
+            store.clone(),
+            2,
+            Arc::new(herma_store::TokioRuntime),
+        ));
         // The first receipt is taken by the writer, which then blocks on the store.
         writer.submit(receipt(0)).await;
         for _ in 0..10 {
@@ -400,7 +431,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failing_store_is_retried_until_the_receipts_land() {
         let store = gated(100, 3);
-        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 8));
+        let writer = Arc::new(ReceiptWriter::spawn(
+            store.clone(),
+            8,
+            Arc::new(herma_store::TokioRuntime),
+        ));
         for i in 0..5 {
             writer.submit_detached(receipt(i));
         }
@@ -412,7 +447,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shutdown_writes_everything_queued_and_later_receipts_still_land() {
         let store = gated(100, 0);
-        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 64));
+        let writer = Arc::new(ReceiptWriter::spawn(
+            store.clone(),
+            64,
+            Arc::new(herma_store::TokioRuntime),
+        ));
         for i in 0..40 {
             writer.submit(receipt(i)).await;
         }

@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use herma_core::engine::{self, Needs};
 use herma_core::evaluation::{

@@ -15,7 +15,7 @@ use herma_embed::{LocalEmbedder, Options};
 use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_providers::{HttpUpstream, Upstream};
 use herma_store::governed::GovernedPorts;
-use herma_store::{Store, StoreError, SystemClock};
+use herma_store::{Store, StoreError, SystemClock, TokioRuntime};
 
 /// Connects to the database named by `url` (not yet migrated).
 pub async fn connect_store(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {
@@ -71,8 +71,8 @@ pub fn http_upstream(settings: &Settings) -> Result<Arc<dyn Upstream>, Problem> 
     })
 }
 
-/// An app over `store` on the wall clock, the OS random source and the real HTTP client. Must
-/// run inside a Tokio runtime (it starts the receipt writer).
+/// An app over `store` on the wall clock, the OS random source, the real HTTP client and tokio.
+/// Must run inside a Tokio runtime (it starts the receipt writer).
 pub fn app(store: Arc<dyn Store>, settings: Settings) -> Result<App, Problem> {
     let upstream = http_upstream(&settings)?;
     Ok(App::with_parts(
@@ -81,6 +81,7 @@ pub fn app(store: Arc<dyn Store>, settings: Settings) -> Result<App, Problem> {
         Arc::new(SystemClock),
         Arc::new(OsRandom),
         upstream,
+        Arc::new(TokioRuntime),
     ))
 }
 

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
+#[cfg(not(target_arch = "wasm32"))]
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use herma_app::metrics::{ProxyOutcome, RequestAction, method_label};
@@ -58,7 +59,7 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
 /// status, action (proxied requests) and the time to its response headers; for forwarded
 /// requests also Herma's own share of that time.
 async fn measure(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let started = std::time::Instant::now();
+    let started = web_time::Instant::now();
     let route: std::sync::Arc<str> = request
         .extensions()
         .get::<MatchedPath>()
@@ -138,23 +139,27 @@ pub fn apply(router: Router, state: AppState) -> Router {
         prefix: u32::from_le_bytes(seed),
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
-    router
+    let router = router
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::limits::guard_bodies,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state, measure))
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(
-            TraceLayer::new_for_http()
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID));
+    // tower-http's trace layer times every request with std's `Instant`, which the Worker's
+    // target does not have; there the platform logs each request.
+    #[cfg(not(target_arch = "wasm32"))]
+    let router = router.layer(
+        TraceLayer::new_for_http()
                 .make_span_with(|request: &Request| {
                     let id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
                     // Method and path only: never headers (keys) or bodies.
                     tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path())
                 })
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
-        )
+    );
+    router
         .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
         .layer(middleware::from_fn(screen_request_id))
 }

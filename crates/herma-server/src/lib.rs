@@ -139,7 +139,10 @@ pub fn router(app: Arc<App>) -> Router {
 pub fn router_on(app: Arc<App>, local: Option<std::net::SocketAddr>) -> Router {
     let (routes, doc) = api();
     let rendered = serde_json::to_string_pretty(&document(doc)).unwrap_or_else(|_| "{}".to_owned());
-    let bodies = Arc::new(limits::BodyLimits::from_settings(&app.settings));
+    let bodies = Arc::new(limits::BodyLimits::from_settings(
+        &app.settings,
+        app.runtime.clone(),
+    ));
     let state = AppState {
         app,
         openapi: axum::body::Bytes::from(rendered),

@@ -28,7 +28,8 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use herma_core::{Problem, ProblemCode};
-use tokio::time::Sleep;
+use herma_store::Runtime;
+use herma_store::runtime::Sleep;
 
 use crate::AppState;
 
@@ -40,13 +41,19 @@ pub const RETRY_AFTER_SECONDS: u64 = 1;
 pub struct BodyLimits {
     pub budget: Arc<BodyBudget>,
     pub read_timeout: Duration,
+    /// Whose clock the read timeout runs on.
+    pub runtime: Arc<dyn Runtime>,
 }
 
 impl BodyLimits {
-    pub fn from_settings(settings: &herma_core::settings::Settings) -> Self {
+    pub fn from_settings(
+        settings: &herma_core::settings::Settings,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
         Self {
             budget: Arc::new(BodyBudget::new(settings.body_budget_bytes)),
             read_timeout: Duration::from_millis(settings.body_read_timeout_ms),
+            runtime,
         }
     }
 }
@@ -194,8 +201,9 @@ pub struct GuardedBody {
     inner: Body,
     reservation: Arc<Reservation>,
     read_timeout: Duration,
+    runtime: Arc<dyn Runtime>,
     /// Started by the first read.
-    deadline: Option<Pin<Box<Sleep>>>,
+    deadline: Option<Sleep>,
     /// Bytes received beyond what the first read reserved (a body without `Content-Length`).
     received: u64,
     declared: u64,
@@ -203,11 +211,17 @@ pub struct GuardedBody {
 }
 
 impl GuardedBody {
-    pub fn new(inner: Body, reservation: Arc<Reservation>, read_timeout: Duration) -> Self {
+    pub fn new(
+        inner: Body,
+        reservation: Arc<Reservation>,
+        read_timeout: Duration,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
         Self {
             inner,
             reservation,
             read_timeout,
+            runtime,
             deadline: None,
             received: 0,
             declared: 0,
@@ -240,7 +254,7 @@ impl HttpBody for GuardedBody {
             return Poll::Ready(None);
         }
         if this.deadline.is_none() {
-            this.deadline = Some(Box::pin(tokio::time::sleep(this.read_timeout)));
+            this.deadline = Some(this.runtime.sleep(this.read_timeout));
             // Reserved whole before a byte is read: a declared length is what it will hold.
             this.declared = this.inner.size_hint().exact().unwrap_or(0);
             if !this.reservation.grow(this.declared) {
@@ -299,8 +313,10 @@ impl HttpBody for GuardedBody {
 pub async fn guard_bodies(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let reservation = Arc::new(Reservation::new(state.bodies.budget.clone()));
     let read_timeout = state.bodies.read_timeout;
+    let runtime = state.bodies.runtime.clone();
     let held = reservation.clone();
-    let request = request.map(|body| Body::new(GuardedBody::new(body, held, read_timeout)));
+    let request =
+        request.map(|body| Body::new(GuardedBody::new(body, held, read_timeout, runtime)));
     let response = next.run(request).await;
     drop(reservation);
     response
@@ -340,6 +356,7 @@ mod tests {
             Body::from_stream(chunks),
             reservation.clone(),
             Duration::from_secs(60),
+            Arc::new(herma_store::TokioRuntime),
         );
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap().len(), 600);
@@ -368,6 +385,7 @@ mod tests {
             Body::from(vec![b'x'; 600]),
             reservation.clone(),
             Duration::from_secs(60),
+            Arc::new(herma_store::TokioRuntime),
         );
         let err = body.frame().await.unwrap().unwrap_err();
         assert_eq!(
@@ -380,6 +398,7 @@ mod tests {
             Body::from(vec![b'x'; 600]),
             reservation.clone(),
             Duration::from_secs(60),
+            Arc::new(herma_store::TokioRuntime),
         );
         assert_eq!(
             body.frame()
@@ -406,6 +425,7 @@ mod tests {
             Body::from_stream(stalled),
             Arc::new(Reservation::new(budget)),
             Duration::from_secs(30),
+            Arc::new(herma_store::TokioRuntime),
         );
         let err = body.frame().await.unwrap().unwrap_err();
         assert_eq!(

@@ -23,6 +23,7 @@ pub mod governed;
 mod governed_memory;
 pub mod journal;
 mod memory;
+pub mod runtime;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -48,6 +49,9 @@ pub use documents::{
 pub use error::{StoreError, StoreResult};
 pub use governed_memory::MemoryGovernedStore;
 pub use memory::MemoryStore;
+pub use runtime::Runtime;
+#[cfg(not(target_arch = "wasm32"))]
+pub use runtime::TokioRuntime;
 
 /// Harness keys. Keys are not caller-owned data: only admins list and revoke them.
 #[async_trait]

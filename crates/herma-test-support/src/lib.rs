@@ -146,8 +146,15 @@ async fn start(
     let settings = settings(overrides);
     let upstream = herma_cli::wiring::http_upstream(&settings).expect("http client");
     let tiers = herma_cli::wiring::open_tiers(&settings.tiers).await.tiers;
-    let mut app = App::with_parts(store, settings, clock.clone(), Arc::new(OsRandom), upstream)
-        .with_tiers(tiers);
+    let mut app = App::with_parts(
+        store,
+        settings,
+        clock.clone(),
+        Arc::new(OsRandom),
+        upstream,
+        Arc::new(herma_store::TokioRuntime),
+    )
+    .with_tiers(tiers);
     if let Some(governed) = governed {
         app = app.with_governed(governed);
     }

@@ -12,7 +12,7 @@ mod plan;
 
 pub use plan::{Claims, Plan, PlannedAction};
 
-use std::time::Instant;
+use web_time::Instant;
 
 use bytes::Bytes;
 use herma_core::contributor::refuse_contributor_model;

@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use web_time::Instant;
 
 use bytes::Bytes;
 use futures_util::Stream;

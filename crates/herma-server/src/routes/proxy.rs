@@ -1,7 +1,7 @@
 //! The proxied routes: the three wire protocols, plus `count_tokens` and `models` forwarded as
 //! they are. Herma's own errors here use each protocol's error shape (and the same `code`).
 
-use std::time::Instant;
+use web_time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;

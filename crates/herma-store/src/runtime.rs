@@ -1,0 +1,91 @@
+//! The async runtime port: starting background tasks and waiting. The services never call
+//! `tokio::spawn` or `tokio::time::sleep` themselves — the native server runs them on tokio
+//! ([`TokioRuntime`]), and the Worker, which has no tokio runtime, on the platform's own event
+//! loop and timers.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// A background task.
+pub type Task = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+/// A wait for a duration (see [`Runtime::sleep`]).
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Where background work runs and how long waits are kept.
+pub trait Runtime: Send + Sync + Debug {
+    /// Runs `task` to completion in the background; `false` (and `task` dropped unstarted)
+    /// when the runtime has stopped, so the caller can say what was lost.
+    fn spawn(&self, task: Task) -> bool;
+    /// Resolves once `duration` has passed.
+    fn sleep(&self, duration: Duration) -> Sleep;
+}
+
+/// The native runtime: tokio's, the one current when [`Runtime::spawn`] is called. Its sleeps
+/// follow tokio's clock, so tests with paused time stay exact.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokioRuntime;
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Runtime for TokioRuntime {
+    fn spawn(&self, task: Task) -> bool {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(task);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// Runs `future`, giving up after `limit` on `runtime`'s clock (`None`).
+pub async fn timeout<T>(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    let future = std::pin::pin!(future);
+    match futures_util::future::select(future, runtime.sleep(limit)).await {
+        futures_util::future::Either::Left((value, _)) => Some(value),
+        futures_util::future::Either::Right(((), _)) => None,
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_gives_the_value_in_time_and_none_after_the_limit() {
+        let runtime = TokioRuntime;
+        let quick = timeout(&runtime, Duration::from_secs(1), async { 7 }).await;
+        assert_eq!(quick, Some(7));
+        let slow = timeout(&runtime, Duration::from_secs(1), async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            7
+        })
+        .await;
+        assert_eq!(slow, None);
+    }
+
+    #[test]
+    fn spawning_outside_a_runtime_says_the_task_was_not_started() {
+        assert!(!TokioRuntime.spawn(Box::pin(async {})));
+    }
+
+    #[tokio::test]
+    async fn a_spawned_task_runs() {
+        let (done, ran) = tokio::sync::oneshot::channel();
+        assert!(TokioRuntime.spawn(Box::pin(async move {
+            let _ = done.send(());
+        })));
+        assert!(ran.await.is_ok());
+    }
+}
