@@ -11,7 +11,7 @@
 //! never dropped.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use herma_core::memory::{error_signatures, observations};
 use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
@@ -19,7 +19,7 @@ use herma_core::wire::Protocol;
 use herma_core::wire::answer::response_text;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{Runtime, Store};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 /// Response bytes kept for extraction at most.
 pub const MAX_CAPTURED_RESPONSE: usize = 256 * 1024;
@@ -53,9 +53,20 @@ enum Message {
 
 pub struct MemoryWorker {
     sender: std::sync::RwLock<Option<mpsc::Sender<Message>>>,
+    /// Without a long-lived task (a Worker), each turn is processed by a task of its own.
+    direct: Option<Direct>,
     /// Resolves when the worker task has processed everything and stopped.
     task: Mutex<Option<oneshot::Receiver<()>>>,
     dropped: AtomicU64,
+}
+
+/// What a turn's own task needs, and how many such tasks are running.
+struct Direct {
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    max_entities: u64,
+    running: Arc<AtomicUsize>,
+    finished: Arc<Notify>,
 }
 
 impl MemoryWorker {
@@ -68,6 +79,20 @@ impl MemoryWorker {
     ) -> Self {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         let (stopped, task) = oneshot::channel();
+        if !runtime.long_lived() {
+            return Self {
+                sender: std::sync::RwLock::new(None),
+                direct: Some(Direct {
+                    store,
+                    runtime,
+                    max_entities,
+                    running: Arc::new(AtomicUsize::new(0)),
+                    finished: Arc::new(Notify::new()),
+                }),
+                task: Mutex::new(None),
+                dropped: AtomicU64::new(0),
+            };
+        }
         let work = run(store, receiver, max_entities, runtime.clone());
         let started = runtime.spawn(Box::pin(async move {
             work.await;
@@ -79,6 +104,7 @@ impl MemoryWorker {
         Self {
             // Without a running task every turn counts as skipped.
             sender: std::sync::RwLock::new(started.then_some(sender)),
+            direct: None,
             task: Mutex::new(started.then_some(task)),
             dropped: AtomicU64::new(0),
         }
@@ -90,6 +116,31 @@ impl MemoryWorker {
 
     /// Hands a turn over without waiting; a full queue skips it (counted).
     pub fn submit(&self, turn: TurnRecord) {
+        if let Some(direct) = &self.direct {
+            direct.running.fetch_add(1, Ordering::SeqCst);
+            let (store, running, finished) = (
+                direct.store.clone(),
+                direct.running.clone(),
+                direct.finished.clone(),
+            );
+            let max_entities = direct.max_entities;
+            let started = direct.runtime.spawn(Box::pin(async move {
+                let mut pending = Vec::new();
+                if let Err(err) = process(store.as_ref(), &turn, max_entities, &mut pending).await
+                {
+                    tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
+                }
+                write_outcomes(store.as_ref(), &mut pending).await;
+                if running.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    finished.notify_waiters();
+                }
+            }));
+            if !started {
+                direct.running.fetch_sub(1, Ordering::SeqCst);
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         let sent = self
             .sender()
             .map(|s| s.try_send(Message::Turn(Box::new(turn))).is_ok())
@@ -113,6 +164,15 @@ impl MemoryWorker {
 
     /// Waits until every turn submitted before this call is processed.
     pub async fn flush(&self) {
+        if let Some(direct) = &self.direct {
+            loop {
+                let done = direct.finished.notified();
+                if direct.running.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                done.await;
+            }
+        }
         let Some(sender) = self.sender() else { return };
         let (done, wait) = oneshot::channel();
         if sender.send(Message::Flush(done)).await.is_ok() {

@@ -60,10 +60,11 @@ impl ReceiptWriter {
         let (sender, receiver) = mpsc::channel(capacity);
         let (stopped, task) = oneshot::channel();
         let drained = drain(store.clone(), receiver, journal.clone(), runtime.clone());
-        let started = runtime.spawn(Box::pin(async move {
-            drained.await;
-            let _ = stopped.send(());
-        }));
+        let started = runtime.long_lived()
+            && runtime.spawn(Box::pin(async move {
+                drained.await;
+                let _ = stopped.send(());
+            }));
         // Without a running writer every receipt is written as it is submitted.
         let sender = started.then_some(sender);
         Self {
@@ -165,6 +166,18 @@ impl ReceiptWriter {
             .unwrap_or(0)
     }
 
+    /// Waits until every receipt handed to a background task so far is written (without a
+    /// long-lived writer, as on a Worker, that is every detached receipt).
+    pub async fn settled(&self) {
+        loop {
+            let done = self.detached_done.notified();
+            if self.detached.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            done.await;
+        }
+    }
+
     /// Closes the queue and waits until every queued receipt — and every receipt handed to a
     /// background task — is written.
     pub async fn shutdown(&self) {
@@ -174,13 +187,7 @@ impl ReceiptWriter {
         if let Some(task) = self.task.lock().await.take() {
             let _ = task.await;
         }
-        loop {
-            let done = self.detached_done.notified();
-            if self.detached.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            done.await;
-        }
+        self.settled().await;
         if let Some(journal) = &self.journal {
             journal.close();
         }
@@ -464,5 +471,56 @@ mod tests {
             "after shutdown a receipt is written directly"
         );
         writer.flush().await;
+    }
+
+    /// Tokio's runtime, saying (as a Worker's does) that no task may outlive its request.
+    #[derive(Debug)]
+    struct PerRequest;
+
+    impl Runtime for PerRequest {
+        fn spawn(&self, task: herma_store::runtime::Task) -> bool {
+            herma_store::TokioRuntime.spawn(task)
+        }
+        fn sleep(&self, duration: Duration) -> herma_store::runtime::Sleep {
+            herma_store::TokioRuntime.sleep(duration)
+        }
+        fn long_lived(&self) -> bool {
+            false
+        }
+    }
+
+    #[tokio::test]
+    async fn without_long_lived_tasks_each_receipt_is_written_by_its_own_request() {
+        let store = gated(0, 0);
+        let writer = Arc::new(ReceiptWriter::spawn(store.clone(), 8, Arc::new(PerRequest)));
+        assert_eq!(writer.depth(), 0, "no queue: nothing waits in one");
+        // From a finished stream: a task of its own, which `settled` waits for.
+        writer.submit_detached(receipt(1));
+        let settled = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.settled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!settled.is_finished(), "settled before the write");
+        store.permits.add_permits(2);
+        settled.await.unwrap();
+        assert!(
+            store
+                .inner
+                .get_receipt(&scope(), "rcpt_0001")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // A direct answer's receipt is written before `submit` returns.
+        writer.submit(receipt(2)).await;
+        assert!(
+            store
+                .inner
+                .get_receipt(&scope(), "rcpt_0002")
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 }

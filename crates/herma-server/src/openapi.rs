@@ -105,6 +105,24 @@ const PROXIED: [&str; 5] = [
     "/v1/models",
 ];
 
+/// A record version in a query (`expected_version`) is at most `i64::MAX`, what the stores keep;
+/// written here so the document is the same on every target.
+fn bound_versions(operation: &mut Value) {
+    let Some(parameters) = operation
+        .get_mut("parameters")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for parameter in parameters {
+        if parameter["name"] == "expected_version"
+            && let Some(schema) = parameter.get_mut("schema").and_then(Value::as_object_mut)
+        {
+            schema.insert("maximum".into(), Value::from(i64::MAX));
+        }
+    }
+}
+
 /// Completes the generated document with what the handlers' annotations leave implicit:
 /// - problems are `application/problem+json`, and their `type` is one of the documented URIs;
 /// - every operation lists the refusals it shares with others: the gate's (a key is needed,
@@ -112,7 +130,8 @@ const PROXIED: [&str; 5] = [
 ///   query and path readers', and the connection's (a head or body too slow, the server busy);
 /// - a stored record (`allOf` of a closed spec and the stored fields) is written out as one
 ///   closed object, since `additionalProperties: false` in a part of `allOf` refuses the
-///   other parts' members.
+///   other parts' members;
+/// - a record version in a query is bounded by `i64::MAX` ([`bound_versions`]).
 pub fn complete(doc: &mut Value) {
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
         for (path, item) in paths.iter_mut() {
@@ -120,6 +139,7 @@ pub fn complete(doc: &mut Value) {
                 continue;
             };
             for operation in item.values_mut() {
+                bound_versions(operation);
                 if PROXIED.contains(&path.as_str()) {
                     complete_proxied(operation);
                 } else {

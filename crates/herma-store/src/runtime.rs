@@ -20,6 +20,12 @@ pub trait Runtime: Send + Sync + Debug {
     fn spawn(&self, task: Task) -> bool;
     /// Resolves once `duration` has passed.
     fn sleep(&self, duration: Duration) -> Sleep;
+    /// Whether a task may outlive the request that started it (a writer draining its queue for
+    /// the life of the process). True natively; false on a Worker, whose timers and tasks stop
+    /// with their request: there each piece of background work is a task of its own request.
+    fn long_lived(&self) -> bool {
+        true
+    }
 }
 
 /// The native runtime: tokio's, the one current when [`Runtime::spawn`] is called. Its sleeps

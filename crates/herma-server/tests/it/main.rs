@@ -30,6 +30,7 @@ mod retired;
 mod sdk;
 mod tessera;
 mod tiers;
+mod worker;
 
 use herma_test_support::TestApp;
 use reqwest::{Method, StatusCode};

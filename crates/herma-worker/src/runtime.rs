@@ -1,0 +1,27 @@
+//! The runtime port at the edge: tasks on the isolate's event loop, waits on its timers.
+
+use std::time::Duration;
+
+use herma_store::runtime::{Runtime, Sleep, Task};
+use worker::send::SendFuture;
+
+/// The isolate's event loop (`spawn_local`) and timers (`setTimeout`). A Worker has one
+/// thread, so the `Send` its futures lack is never needed; [`SendFuture`] says so.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EdgeRuntime;
+
+impl Runtime for EdgeRuntime {
+    fn spawn(&self, task: Task) -> bool {
+        wasm_bindgen_futures::spawn_local(task);
+        true
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(SendFuture::new(worker::Delay::from(duration)))
+    }
+
+    /// A Worker's timers and tasks stop with the request that started them.
+    fn long_lived(&self) -> bool {
+        false
+    }
+}
