@@ -98,9 +98,15 @@ async fn start_worker(vars: &[(&str, String)]) -> Wrangler {
     // Ready when it answers; workerd's first start compiles the module (seconds).
     let client = reqwest::Client::new();
     for _ in 0..240 {
+        // The Worker's own answer (its store is `memory`), not another server's on that port.
         if let Ok(r) = client.get(format!("{}/healthz", worker.base)).send().await
             && r.status().is_success()
         {
+            let health: Value = r.json().await.unwrap_or_default();
+            assert_eq!(
+                health["database"], "memory",
+                "another server answers on the Worker's port {port}"
+            );
             return worker;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
