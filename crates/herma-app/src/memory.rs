@@ -11,15 +11,16 @@
 //! never dropped.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use herma_core::memory::{error_signatures, observations};
 use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
 use herma_core::wire::Protocol;
 use herma_core::wire::answer::response_text;
 use herma_core::{CallerScope, Timestamp};
+use herma_store::runtime::InFlight;
 use herma_store::{Runtime, Store};
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Response bytes kept for extraction at most.
 pub const MAX_CAPTURED_RESPONSE: usize = 256 * 1024;
@@ -65,8 +66,7 @@ struct Direct {
     store: Arc<dyn Store>,
     runtime: Arc<dyn Runtime>,
     max_entities: u64,
-    running: Arc<AtomicUsize>,
-    finished: Arc<Notify>,
+    running: Arc<InFlight>,
 }
 
 impl MemoryWorker {
@@ -86,8 +86,7 @@ impl MemoryWorker {
                     store,
                     runtime,
                     max_entities,
-                    running: Arc::new(AtomicUsize::new(0)),
-                    finished: Arc::new(Notify::new()),
+                    running: Arc::new(InFlight::default()),
                 }),
                 task: Mutex::new(None),
                 dropped: AtomicU64::new(0),
@@ -117,12 +116,8 @@ impl MemoryWorker {
     /// Hands a turn over without waiting; a full queue skips it (counted).
     pub fn submit(&self, turn: TurnRecord) {
         if let Some(direct) = &self.direct {
-            direct.running.fetch_add(1, Ordering::SeqCst);
-            let (store, running, finished) = (
-                direct.store.clone(),
-                direct.running.clone(),
-                direct.finished.clone(),
-            );
+            direct.running.start();
+            let (store, running) = (direct.store.clone(), direct.running.clone());
             let max_entities = direct.max_entities;
             let started = direct.runtime.spawn(Box::pin(async move {
                 let mut pending = Vec::new();
@@ -131,12 +126,10 @@ impl MemoryWorker {
                     tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
                 }
                 write_outcomes(store.as_ref(), &mut pending).await;
-                if running.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    finished.notify_waiters();
-                }
+                running.finish();
             }));
             if !started {
-                direct.running.fetch_sub(1, Ordering::SeqCst);
+                direct.running.finish();
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
             return;
@@ -165,13 +158,7 @@ impl MemoryWorker {
     /// Waits until every turn submitted before this call is processed.
     pub async fn flush(&self) {
         if let Some(direct) = &self.direct {
-            loop {
-                let done = direct.finished.notified();
-                if direct.running.load(Ordering::SeqCst) == 0 {
-                    return;
-                }
-                done.await;
-            }
+            return direct.running.idle().await;
         }
         let Some(sender) = self.sender() else { return };
         let (done, wait) = oneshot::channel();

@@ -7,15 +7,15 @@
 //! it is stored, so a crashed process's receipts are recovered at the next start
 //! ([`recover_journal`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use herma_core::model::InjectionReceipt;
 use herma_store::journal::{FileJournal, JournalMark};
+use herma_store::runtime::InFlight;
 use herma_store::{ReceiptStore, Runtime};
 
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Receipts written per store call at most.
 const MAX_BATCH: usize = 256;
@@ -39,8 +39,7 @@ pub struct ReceiptWriter {
     task: Mutex<Option<oneshot::Receiver<()>>>,
     /// Receipts handed to background tasks (the queue was full, or already closed); shutdown
     /// waits for them too.
-    detached: AtomicUsize,
-    detached_done: Notify,
+    detached: InFlight,
 }
 
 impl ReceiptWriter {
@@ -74,8 +73,7 @@ impl ReceiptWriter {
             journal,
             runtime,
             task: Mutex::new(started.then_some(task)),
-            detached: AtomicUsize::new(0),
-            detached_done: Notify::new(),
+            detached: InFlight::default(),
         }
     }
 
@@ -121,22 +119,16 @@ impl ReceiptWriter {
             None => receipt,
         };
         let id = receipt.id.clone();
-        self.detached.fetch_add(1, Ordering::SeqCst);
+        self.detached.start();
         let writer = self.clone();
         let started = self.runtime.spawn(Box::pin(async move {
             writer.queue(receipt, mark).await;
-            writer.detached_finished();
+            writer.detached.finish();
         }));
         if !started {
             // The runtime is gone (process teardown): nothing can write any more. Say so.
             tracing::error!(receipt = %id, "receipt could not be written: the runtime has stopped");
-            self.detached_finished();
-        }
-    }
-
-    fn detached_finished(&self) {
-        if self.detached.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.detached_done.notify_waiters();
+            self.detached.finish();
         }
     }
 
@@ -169,13 +161,7 @@ impl ReceiptWriter {
     /// Waits until every receipt handed to a background task so far is written (without a
     /// long-lived writer, as on a Worker, that is every detached receipt).
     pub async fn settled(&self) {
-        loop {
-            let done = self.detached_done.notified();
-            if self.detached.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            done.await;
-        }
+        self.detached.idle().await;
     }
 
     /// Closes the queue and waits until every queued receipt — and every receipt handed to a

@@ -18,6 +18,10 @@ pub struct FabricClient {
     http: Arc<dyn Upstream>,
     base: String,
     token: Option<String>,
+    /// The whole call's bound, header wait and body included (natively; at the edge the
+    /// platform bounds a request).
+    #[cfg(not(target_arch = "wasm32"))]
+    total: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for FabricClient {
@@ -29,8 +33,8 @@ impl std::fmt::Debug for FabricClient {
 }
 
 impl FabricClient {
-    /// A client of `base` over its own HTTP client, which connects, waits for the headers and
-    /// waits between body chunks at most `timeout` each.
+    /// A client of `base` over its own HTTP client: each call, body included, takes at most
+    /// `timeout`.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new(
         base: &str,
@@ -39,7 +43,10 @@ impl FabricClient {
     ) -> Result<Self, String> {
         let http =
             crate::HttpUpstream::new(timeout, timeout, timeout).map_err(|e| e.to_string())?;
-        Ok(Self::over(Arc::new(http), base, token))
+        Ok(Self {
+            total: Some(timeout),
+            ..Self::over(Arc::new(http), base, token)
+        })
     }
 
     /// A client of `base` over `http`.
@@ -48,10 +55,22 @@ impl FabricClient {
             http,
             base: base.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
+            #[cfg(not(target_arch = "wasm32"))]
+            total: None,
         }
     }
 
     async fn get(&self, url: String, max_bytes: usize) -> Result<Vec<u8>, String> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(total) = self.total {
+            return tokio::time::timeout(total, self.get_once(url, max_bytes))
+                .await
+                .unwrap_or_else(|_| Err("timed out".to_owned()));
+        }
+        self.get_once(url, max_bytes).await
+    }
+
+    async fn get_once(&self, url: String, max_bytes: usize) -> Result<Vec<u8>, String> {
         let mut headers = vec![("accept".to_owned(), b"application/json".to_vec())];
         if let Some(token) = &self.token {
             headers.push((

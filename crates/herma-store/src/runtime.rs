@@ -51,6 +51,43 @@ impl Runtime for TokioRuntime {
     }
 }
 
+/// How many background tasks of one kind are running, and a wait until none is.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl InFlight {
+    /// One more task has started.
+    pub fn start(&self) {
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A task has finished (or was never started after all).
+    pub fn finish(&self) {
+        if self
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Resolves once no task is running.
+    pub async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.running.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
 /// Runs `future`, giving up after `limit` on `runtime`'s clock (`None`).
 pub async fn timeout<T>(
     runtime: &dyn Runtime,

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use herma_test_support::mock_upstream::MockUpstream;
-use herma_test_support::{Backend, spawn_app};
+use herma_test_support::{Backend, TestApp, spawn_app};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -114,6 +114,21 @@ async fn start_worker(vars: &[(&str, String)]) -> Wrangler {
     panic!("wrangler dev did not answer /healthz within 60 s");
 }
 
+/// A mock upstream, and a native server and the Worker with the same settings, pointed at it.
+async fn side_by_side() -> (MockUpstream, TestApp, Wrangler) {
+    let mock = MockUpstream::start().await;
+    let vars = settings(&mock.url());
+    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let worker = start_worker(&vars).await;
+    eprintln!(
+        "native at {}, the Worker at {}",
+        native.url(""),
+        worker.base
+    );
+    (mock, native, worker)
+}
+
 /// One answer, as the comparison sees it.
 #[derive(Debug, PartialEq)]
 struct Answer {
@@ -202,12 +217,8 @@ const SECURITY_HEADERS: [&str; 4] = [
 #[tokio::test]
 async fn h14_the_worker_answers_discovery_preview_and_refusals_byte_for_byte_like_the_native_server()
  {
-    let mock = MockUpstream::start().await;
-    let vars = settings(&mock.url());
-    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let (_mock, native, worker) = side_by_side().await;
     let native_base = native.url("");
-    let worker = start_worker(&vars).await;
 
     let preview = |text: &str| {
         json!({"protocol": "messages", "body": {"model": "claude-test", "max_tokens": 64,
@@ -300,13 +311,8 @@ async fn stored_receipt(base: &str, key: &str, id: &str) -> Value {
 
 #[tokio::test]
 async fn h10_the_worker_forwards_json_and_sse_and_answers_directly_like_the_native_server() {
-    let mock = MockUpstream::start().await;
-    let vars = settings(&mock.url());
-    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let (mock, native, worker) = side_by_side().await;
     let native_base = native.url("");
-    let worker = start_worker(&vars).await;
-    eprintln!("native at {native_base}, the Worker at {}", worker.base);
     let home_key = route_key(&native_base).await;
     let edge_key = route_key(&worker.base).await;
 
