@@ -171,6 +171,8 @@ impl Backend for PgBackend {
         without_rowid: "",
     };
     const ENGINE_MIGRATIONS: &'static [Migration] = MIGRATIONS;
+    /// The wire protocol counts parameters in 16 bits.
+    const MAX_PARAMS: usize = 65_535;
 
     fn placeholders(sql: &str) -> Cow<'_, str> {
         Cow::Owned(numbered(sql))

@@ -41,6 +41,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The engine's own migrations, written per engine before migrations were shared; they run
     /// first, in order.
     const ENGINE_MIGRATIONS: &'static [Migration];
+    /// The most parameters one statement may bind (multi-row inserts are cut to fit).
+    const MAX_PARAMS: usize;
 
     /// `sql` with its `?` placeholders as this engine spells them.
     fn placeholders(sql: &str) -> Cow<'_, str>;
@@ -61,6 +63,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
     async fn fetch_optional(&self, query: Query<'_>) -> StoreResult<Option<Self::Row>>;
     /// Runs `query` on the pool and returns how many rows it changed.
     async fn execute(&self, query: Query<'_>) -> StoreResult<u64>;
+
+    /// Runs `queries` in order as one atomic unit and returns each one's rows: by default in a
+    /// transaction; an engine without interactive transactions (D1) sends them as one batch.
+    /// Whatever depends on a result is written into the later statements' SQL, never decided
+    /// between them.
+    async fn batch(&self, queries: Vec<Query<'_>>) -> StoreResult<Vec<Vec<Self::Row>>> {
+        let mut tx = self.begin().await?;
+        let mut results = Vec::with_capacity(queries.len());
+        for query in queries {
+            results.push(Self::fetch_in(&mut tx, query).await?);
+        }
+        Self::commit(tx).await?;
+        Ok(results)
+    }
 
     /// Begins a transaction.
     async fn begin(&self) -> StoreResult<Self::Tx>;

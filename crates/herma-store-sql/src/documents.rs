@@ -236,24 +236,26 @@ impl<B: Backend> DocumentStore for SqlStore<B> {
              RETURNING version"
         );
         let upsert = B::statement(&sql);
-        let mut tx = self.db.begin().await?;
-        let mut summary = ImportSummary::default();
+        let mut queries = Vec::with_capacity(docs.len());
         for (id, body) in docs {
-            let query = upsert
-                .query()
-                .bind(scope.as_str())
-                .bind(id)
-                .bind(to_json(body)?)
-                .bind(now.as_millis())
-                .bind(now.as_millis());
-            let row = B::fetch_in(&mut tx, query).await?.into_iter().next();
-            summary.count(match row {
+            queries.push(
+                upsert
+                    .query()
+                    .bind(scope.as_str())
+                    .bind(id)
+                    .bind(to_json(body)?)
+                    .bind(now.as_millis())
+                    .bind(now.as_millis()),
+            );
+        }
+        let mut summary = ImportSummary::default();
+        for rows in self.db.batch(queries).await? {
+            summary.count(match rows.into_iter().next() {
                 None => ImportOutcome::Unchanged,
                 Some(row) if version_of(&row)? == 1 => ImportOutcome::Created,
                 Some(_) => ImportOutcome::Updated,
             });
         }
-        B::commit(tx).await?;
         Ok(summary)
     }
 }

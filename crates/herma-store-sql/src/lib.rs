@@ -28,7 +28,9 @@ use herma_store::{StoreError, StoreResult};
 use serde_json::Value;
 
 pub use backend::Backend;
-pub use migrations::{DdlDialect, Migration, SHARED_MIGRATIONS, expand_ddl};
+pub use migrations::{
+    DdlDialect, Migration, SHARED_MIGRATIONS, expand_ddl, migration_scripts, wrangler_migrations,
+};
 pub use query::{Arg, Query, Statement, numbered};
 pub use rows::SqlRow;
 pub use store::SqlStore;

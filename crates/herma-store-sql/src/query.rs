@@ -163,6 +163,12 @@ pub(crate) struct RowsInsert {
 
 impl RowsInsert {
     /// The statement for `rows` rows.
+    /// `wanted` rows, or as many as fit in one statement of `B` (at least one).
+    pub(crate) fn rows_within<B: Backend>(&self, wanted: usize) -> usize {
+        let per_row = self.row.matches('?').count().max(1);
+        wanted.min(B::MAX_PARAMS / per_row).max(1)
+    }
+
     pub(crate) fn sql(&self, rows: usize) -> String {
         let mut sql =
             String::with_capacity(self.head.len() + rows * (self.row.len() + 2) + self.tail.len());

@@ -30,53 +30,45 @@ impl<B: Backend> SqlStore<B> {
     pub fn new(db: B) -> Self {
         Self {
             db,
-            receipts_insert: RowsStatements::new(RECEIPTS_INSERT, RECEIPT_CHUNK),
-            outcomes_insert: RowsStatements::new(OUTCOMES_INSERT, OUTCOME_CHUNK),
+            receipts_insert: RowsStatements::new(
+                RECEIPTS_INSERT,
+                RECEIPTS_INSERT.rows_within::<B>(RECEIPT_CHUNK),
+            ),
+            outcomes_insert: RowsStatements::new(
+                OUTCOMES_INSERT,
+                OUTCOMES_INSERT.rows_within::<B>(OUTCOME_CHUNK),
+            ),
         }
     }
 
     /// Inserts `items` with multi-row statements of up to `statements.max_rows()` rows (a
     /// statement is a round trip, which costs more than the insert): one statement runs on its
-    /// own, several in one transaction. `bind` binds one item's row.
+    /// own, several as one batch. `bind` binds one item's row.
     async fn insert_rows<T: Sync>(
         &self,
         statements: &RowsStatements,
         items: &[T],
         bind: for<'q> fn(Query<'q>, &'q T) -> StoreResult<Query<'q>>,
     ) -> StoreResult<()> {
-        let per_statement = statements.max_rows();
-        let mut tx = if items.len() > per_statement {
-            Some(self.db.begin().await?)
-        } else {
-            None
-        };
-        for chunk in items.chunks(per_statement) {
+        let mut queries = Vec::new();
+        for chunk in items.chunks(statements.max_rows()) {
             let mut query = statements.query::<B>(chunk.len());
             for item in chunk {
                 query = bind(query, item)?;
             }
-            match tx.as_mut() {
-                Some(tx) => B::execute_in(tx, query).await?,
-                None => self.db.execute(query).await?,
-            };
+            queries.push(query);
         }
-        match tx {
-            Some(tx) => B::commit(tx).await,
-            None => Ok(()),
+        match queries.len() {
+            0 => Ok(()),
+            1 => self.db.execute(queries.remove(0)).await.map(drop),
+            _ => self.db.batch(queries).await.map(drop),
         }
     }
 }
 
-/// The first row of a statement that always returns one.
-fn one<R>(rows: Vec<R>) -> StoreResult<R> {
-    rows.into_iter()
-        .next()
-        .ok_or_else(|| StoreError::Backend("a statement returned no row".into()))
-}
-
-/// Receipts per INSERT statement (5 parameters each, far below either engine's limit).
+/// Receipts per INSERT statement (5 parameters each), where the engine's parameter limit allows.
 const RECEIPT_CHUNK: usize = 64;
-/// Rule outcomes per INSERT statement (9 parameters each).
+/// Rule outcomes per INSERT statement (9 parameters each), likewise.
 const OUTCOME_CHUNK: usize = 100;
 
 const RECEIPTS_INSERT: RowsInsert = RowsInsert {
@@ -230,54 +222,58 @@ impl<B: Backend> EntityStore for SqlStore<B> {
              ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
                SET count = w.count + 1,
                    last_seen = CASE WHEN w.last_seen > excluded.last_seen
-                               THEN w.last_seen ELSE excluded.last_seen END
-             RETURNING count",
+                               THEN w.last_seen ELSE excluded.last_seen END",
         );
-        let mut tx = self.db.begin().await?;
-        let mut added = false;
+        let mut queries = Vec::with_capacity(observations.len() + 2);
         for obs in observations {
-            let query = upsert
-                .query()
-                .bind(scope.as_str())
-                .bind(project_tag)
-                .bind(obs.kind.as_str())
-                .bind(&obs.value)
-                .bind(now.as_millis())
-                .bind(now.as_millis());
-            added |= one(B::fetch_in(&mut tx, query).await?)?.int("count")? == 1;
+            queries.push(
+                upsert
+                    .query()
+                    .bind(scope.as_str())
+                    .bind(project_tag)
+                    .bind(obs.kind.as_str())
+                    .bind(&obs.value)
+                    .bind(now.as_millis())
+                    .bind(now.as_millis()),
+            );
         }
-        // Only a new entity can push the caller over its bound (counting is a scan).
-        if !added {
-            B::commit(tx).await?;
-            return Ok(0);
-        }
-        let total =
-            B::query("SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?")
-                .bind(scope.as_str());
-        let total = to_u64(one(B::fetch_in(&mut tx, total).await?)?.int("total")?)?;
-        let excess = total.saturating_sub(max_per_scope);
-        if excess > 0 {
-            let evict = B::query(
-                "DELETE FROM working_entities
-                 WHERE caller_scope = ? AND (project_tag, kind, value) IN (
-                   SELECT project_tag, kind, value FROM working_entities WHERE caller_scope = ?
-                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC LIMIT ?)",
-            )
-            .bind(scope.as_str())
-            .bind(scope.as_str())
-            .bind(to_i64(excess)?);
-            B::execute_in(&mut tx, evict).await?;
-            let count = B::query(
-                "INSERT INTO entity_evictions (caller_scope, evicted) VALUES (?, ?)
+        // Then, in the same batch, the caller's excess over its bound is counted and evicted
+        // (least seen first): one statement adds it to the eviction counter, the next deletes
+        // that many, both from the count after the upserts.
+        let max = to_i64(max_per_scope)?;
+        queries.push(
+            B::query(
+                "INSERT INTO entity_evictions (caller_scope, evicted)
+                 SELECT ?, total - ? FROM (
+                   SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?) AS c
+                 WHERE total > ?
                  ON CONFLICT (caller_scope)
                  DO UPDATE SET evicted = entity_evictions.evicted + excluded.evicted",
             )
             .bind(scope.as_str())
-            .bind(to_i64(excess)?);
-            B::execute_in(&mut tx, count).await?;
-        }
-        B::commit(tx).await?;
-        Ok(excess)
+            .bind(max)
+            .bind(scope.as_str())
+            .bind(max),
+        );
+        queries.push(
+            B::query(
+                "DELETE FROM working_entities
+                 WHERE caller_scope = ? AND (project_tag, kind, value) IN (
+                   SELECT project_tag, kind, value FROM working_entities WHERE caller_scope = ?
+                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC
+                   LIMIT (SELECT CASE WHEN count(*) > ? THEN count(*) - ? ELSE 0 END
+                          FROM working_entities WHERE caller_scope = ?))
+                 RETURNING 1 AS evicted",
+            )
+            .bind(scope.as_str())
+            .bind(scope.as_str())
+            .bind(max)
+            .bind(max)
+            .bind(scope.as_str()),
+        );
+        let results = self.db.batch(queries).await?;
+        let evicted = results.last().map_or(0, Vec::len);
+        Ok(evicted as u64)
     }
 
     async fn list_entities(

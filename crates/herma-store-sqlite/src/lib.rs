@@ -127,6 +127,8 @@ impl Backend for SqliteBackend {
         without_rowid: "WITHOUT ROWID",
     };
     const ENGINE_MIGRATIONS: &'static [Migration] = MIGRATIONS;
+    /// SQLite's default `SQLITE_MAX_VARIABLE_NUMBER` since 3.32.
+    const MAX_PARAMS: usize = 32_766;
 
     fn placeholders(sql: &str) -> Cow<'_, str> {
         Cow::Borrowed(sql)
@@ -212,5 +214,27 @@ pub mod testing {
             .map_err(|e| e.to_string())?;
         conn.execute(sql).await.map_err(|e| e.to_string())?;
         conn.close().await.map_err(|e| e.to_string())
+    }
+
+    /// The schema of the database at `path` (each object's type, name and SQL, by name) and
+    /// its migration ledger (version and name, in order).
+    pub async fn schema(
+        path: &str,
+    ) -> Result<(Vec<(String, String, String)>, Vec<(i64, String)>), String> {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let objects = sqlx::query_as(
+            "SELECT type, name, coalesce(sql, '') FROM sqlite_master ORDER BY type, name",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+        let ledger = sqlx::query_as("SELECT version, name FROM herma_migrations ORDER BY version")
+            .fetch_all(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        conn.close().await.map_err(|e| e.to_string())?;
+        Ok((objects, ledger))
     }
 }

@@ -7,14 +7,17 @@
 //! platform's `fetch`). Settings are the `HERMA_*` vars and secrets of the Worker's
 //! environment, read through the core's one settings table.
 //!
-//! First increment (issue 16): records live in the isolate's memory (`MemoryStore`) until the
-//! D1 store lands, so nothing survives an isolate's restart; conversation turns are
-//! unavailable (no governed ports). `docs/deploy-cloudflare.md` says what works.
+//! Records live in the D1 database bound as `DB` ([`d1::D1Backend`]: the native SQLite store's
+//! statements on D1). Without that binding the Worker keeps them in the isolate's memory
+//! (`MemoryStore`, for trying it out: nothing survives an isolate's restart) and `/healthz`
+//! says `memory`. Conversation turns are unavailable at the edge yet (no governed ports);
+//! `docs/deploy-cloudflare.md` says what works.
 
 #![cfg(target_arch = "wasm32")]
 
 mod body;
 mod clock;
+mod d1;
 mod runtime;
 mod upstream;
 
@@ -25,10 +28,13 @@ use std::sync::Arc;
 use axum::Router;
 use herma_app::App;
 use herma_app::clock::OsRandom;
+use herma_core::problem::{Problem, ProblemCode};
 use herma_core::settings::{Settings, table};
-use herma_store::MemoryStore;
+use herma_server::error::ApiError;
+use herma_store::{MemoryStore, Store};
+use herma_store_sql::SqlStore;
 use tower_service::Service;
-use worker::{Context, Env, HttpRequest, event};
+use worker::{Context, Env, HttpRequest, ScheduleContext, ScheduledEvent, event};
 
 thread_local! {
     /// The isolate's app and router, built by its first request.
@@ -46,11 +52,19 @@ async fn fetch(
 ) -> worker::Result<axum::http::Response<axum::body::Body>> {
     let (app, mut router) = match SERVED.with(|s| s.borrow().clone()) {
         Some(served) => served,
-        None => {
-            let served = build(&env).await?;
-            SERVED.with(|s| *s.borrow_mut() = Some(served.clone()));
-            served
-        }
+        None => match build(&env).await {
+            Ok(served) => {
+                SERVED.with(|s| *s.borrow_mut() = Some(served.clone()));
+                served
+            }
+            // Nothing is kept: the next request tries again (after the migrations are applied).
+            Err(problem) => {
+                worker::console_error!("herma cannot start: {}", problem.detail);
+                return Ok(axum::response::IntoResponse::into_response(ApiError(
+                    problem,
+                )));
+            }
+        },
     };
     let response = router.call(req).await?;
     let (done, ended) = tokio::sync::oneshot::channel();
@@ -66,9 +80,40 @@ async fn fetch(
     Ok(response)
 }
 
+/// The isolate's app and router, built by the first event that needs them. A failure keeps
+/// nothing, so the next event tries again (after the migrations are applied, say).
+async fn served(env: &Env) -> Result<(Arc<App>, Router), Problem> {
+    if let Some(served) = SERVED.with(|s| s.borrow().clone()) {
+        return Ok(served);
+    }
+    let served = build(env).await.inspect_err(|problem| {
+        worker::console_error!("herma cannot start: {}", problem.detail);
+    })?;
+    SERVED.with(|s| *s.borrow_mut() = Some(served.clone()));
+    Ok(served)
+}
+
+/// A Cron Trigger (`[triggers]` in `wrangler.toml`): receipts and rule outcomes past their
+/// retention (`HERMA_RECEIPT_RETENTION_DAYS`, `HERMA_OUTCOME_RETENTION_DAYS`) are deleted, as
+/// `herma serve` does every hour.
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let Ok((app, _)) = served(&env).await else {
+        return;
+    };
+    match app.prune().await {
+        Ok(report) => worker::console_log!(
+            "pruned {} receipts and {} rule outcomes past their retention",
+            report.receipts,
+            report.outcomes
+        ),
+        Err(problem) => worker::console_error!("pruning failed: {}", problem.detail),
+    }
+}
+
 /// The `HERMA_*` settings the environment defines (vars and secrets alike), by the names the
 /// core's settings table declares.
-fn settings(env: &Env) -> worker::Result<Settings> {
+fn settings(env: &Env) -> Result<Settings, Problem> {
     let mut map = BTreeMap::new();
     for name in table::all().flat_map(|d| d.names()) {
         if let Ok(value) = env.var(&name) {
@@ -79,15 +124,31 @@ fn settings(env: &Env) -> worker::Result<Settings> {
     }
     Settings::from_map(&map).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        worker::Error::RustError(format!("bad settings: {}", lines.join("; ")))
+        unavailable(format!("bad settings: {}", lines.join("; ")))
     })
 }
 
-async fn build(env: &Env) -> worker::Result<(Arc<App>, Router)> {
+fn unavailable(detail: String) -> Problem {
+    Problem::new(ProblemCode::Unavailable, detail)
+}
+
+/// The store: the D1 database bound as `DB`, once its migrations are current; else memory.
+async fn store(env: &Env) -> Result<Arc<dyn Store>, Problem> {
+    let Ok(db) = env.d1("DB") else {
+        worker::console_warn!("no D1 binding `DB`: records are kept in this isolate's memory only");
+        return Ok(Arc::new(MemoryStore::new()));
+    };
+    let store = d1::current(SqlStore::new(d1::D1Backend::new(db)))
+        .await
+        .map_err(|err| unavailable(err.to_string()))?;
+    Ok(Arc::new(store))
+}
+
+async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     let settings = settings(env)?;
     let upstream = upstream::FetchUpstream::new(&settings);
     let app = App::with_parts(
-        Arc::new(MemoryStore::new()),
+        store(env).await?,
         settings,
         Arc::new(clock::DateClock),
         Arc::new(OsRandom),
@@ -96,7 +157,7 @@ async fn build(env: &Env) -> worker::Result<(Arc<App>, Router)> {
     );
     app.load_starters()
         .await
-        .map_err(|p| worker::Error::RustError(format!("loading the starters: {}", p.detail)))?;
+        .map_err(|p| unavailable(format!("loading the starters: {}", p.detail)))?;
     let app = Arc::new(app);
     Ok((app.clone(), herma_server::router(app)))
 }

@@ -4,11 +4,15 @@
 //! `HERMA_TEST_WORKER_DIR` (default `crates/herma-worker`); wrangler runs it on loopback with no
 //! network of its own.
 //!
+//! The Worker keeps its records in D1 (`wrangler d1 migrations apply --local` first, then
+//! `wrangler dev` on the same local state), the native server in SQLite: the same statements.
+//!
 //! What differs by design is left out of the comparison and said where it is: `/healthz` names
-//! the store, and a key's, a receipt's or a direct answer's message id is random.
+//! the store, a key's, a receipt's or a direct answer's message id is random, and a record's
+//! times are each runtime's clock.
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -55,7 +59,7 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-async fn start_worker(vars: &[(&str, String)]) -> Wrangler {
+fn worker_dir() -> PathBuf {
     #[allow(clippy::disallowed_methods)] // the test command names the built Worker
     let dir = std::env::var("HERMA_TEST_WORKER_DIR").map_or_else(
         |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../herma-worker"),
@@ -66,45 +70,76 @@ async fn start_worker(vars: &[(&str, String)]) -> Wrangler {
         "the Worker is not built: run scripts/test, or `worker-build --release` in {}",
         dir.display()
     );
-    let port = free_port();
+    dir
+}
+
+/// A wrangler command in the Worker's directory, offline and on its own.
+fn wrangler(dir: &Path) -> Command {
     let mut cmd = Command::new(dir.join("node_modules/.bin/wrangler"));
-    cmd.current_dir(&dir)
-        .process_group(0)
-        .args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
-        .arg(port.to_string())
-        .arg("--inspector-port")
-        .arg(free_port().to_string())
-        .args([
-            "--show-interactive-dev-session=false",
-            "--log-level",
-            "warn",
-        ])
-        .arg("--persist-to")
-        .arg(tempfile::tempdir().expect("tempdir").keep())
+    cmd.current_dir(dir)
+        // Its own dev registry: in the shared one (~/.config/.wrangler/registry) a Worker of
+        // the same name starting or stopping — the previous test's — makes a running `wrangler
+        // dev` reload, and a request in flight then never gets an answer.
+        .env(
+            "WRANGLER_REGISTRY_PATH",
+            tempfile::tempdir().expect("tempdir").keep(),
+        )
         .env("CLOUDFLARE_CF_FETCH_ENABLED", "false")
         .env("WRANGLER_SEND_METRICS", "false")
         .env("WRANGLER_HIDE_BANNER", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (name, value) in vars {
-        cmd.arg("--var").arg(format!("{name}:{value}"));
-    }
-    let child = cmd.spawn().expect("wrangler starts");
-    let worker = Wrangler {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Local state for a Worker: its D1 database, migrated as a deploy is (`wrangler d1
+/// migrations apply`), kept for the test's life.
+fn migrated_state() -> PathBuf {
+    let state = tempfile::tempdir().expect("tempdir").keep();
+    migrate(&state);
+    state
+}
+
+fn migrate(state: &Path) {
+    let out = wrangler(&worker_dir())
+        .args([
+            "d1",
+            "migrations",
+            "apply",
+            "herma",
+            "--local",
+            "--persist-to",
+        ])
+        .arg(state)
+        .output()
+        .expect("wrangler runs");
+    assert!(
+        out.status.success(),
+        "wrangler d1 migrations apply failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `wrangler dev --local` serving the built Worker on the local state `state`, once it answers
+/// `/healthz` from D1.
+async fn start_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
+    let worker = spawn_worker(vars, state);
+    let port = worker
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     // Ready when it answers; workerd's first start compiles the module (seconds).
     let client = reqwest::Client::new();
     for _ in 0..240 {
-        // The Worker's own answer (its store is `memory`), not another server's on that port.
+        // The Worker's own answer (its store is D1), not another server's on that port.
         if let Ok(r) = client.get(format!("{}/healthz", worker.base)).send().await
             && r.status().is_success()
         {
             let health: Value = r.json().await.unwrap_or_default();
             assert_eq!(
-                health["database"], "memory",
+                health["database"], "d1",
                 "another server answers on the Worker's port {port}"
             );
             return worker;
@@ -114,13 +149,44 @@ async fn start_worker(vars: &[(&str, String)]) -> Wrangler {
     panic!("wrangler dev did not answer /healthz within 60 s");
 }
 
+/// `wrangler dev --local` starting the built Worker on the local state `state`.
+fn spawn_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
+    let dir = worker_dir();
+    let port = free_port();
+    let mut cmd = wrangler(&dir);
+    cmd.process_group(0)
+        .args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
+        .arg(port.to_string())
+        .arg("--inspector-port")
+        .arg(free_port().to_string())
+        .args([
+            "--show-interactive-dev-session=false",
+            // `/__scheduled` runs the Cron Trigger's handler.
+            "--test-scheduled",
+            "--log-level",
+            "warn",
+        ])
+        .arg("--persist-to")
+        .arg(state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (name, value) in vars {
+        cmd.arg("--var").arg(format!("{name}:{value}"));
+    }
+    let child = cmd.spawn().expect("wrangler starts");
+    Wrangler {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
 /// A mock upstream, and a native server and the Worker with the same settings, pointed at it.
 async fn side_by_side() -> (MockUpstream, TestApp, Wrangler) {
     let mock = MockUpstream::start().await;
     let vars = settings(&mock.url());
     let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let native = spawn_app(Backend::Sqlite, &overrides).await;
-    let worker = start_worker(&vars).await;
+    let worker = start_worker(&vars, &migrated_state()).await;
     eprintln!(
         "native at {}, the Worker at {}",
         native.url(""),
@@ -144,13 +210,27 @@ async fn call(
     key: Option<&str>,
     body: Option<&Value>,
 ) -> (Answer, reqwest::header::HeaderMap) {
+    call_as(base, method, path, key.map(|k| (k, None)), body).await
+}
+
+/// [`call`] with a key and, when its key names one, the harness it attests.
+async fn call_as(
+    base: &str,
+    method: Method,
+    path: &str,
+    key: Option<(&str, Option<&str>)>,
+    body: Option<&Value>,
+) -> (Answer, reqwest::header::HeaderMap) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .expect("a client");
     let mut request = client.request(method, format!("{base}{path}"));
-    if let Some(key) = key {
+    if let Some((key, harness)) = key {
         request = request.bearer_auth(key);
+        if let Some(harness) = harness {
+            request = request.header("X-Herma-Harness", harness);
+        }
     }
     if let Some(body) = body {
         request = request.json(body);
@@ -215,7 +295,7 @@ const SECURITY_HEADERS: [&str; 4] = [
 ];
 
 #[tokio::test]
-async fn h14_the_worker_answers_discovery_preview_and_refusals_byte_for_byte_like_the_native_server()
+async fn h14_the_worker_answers_discovery_preview_pages_mcp_and_refusals_byte_for_byte_like_the_native_server()
  {
     let (_mock, native, worker) = side_by_side().await;
     let native_base = native.url("");
@@ -224,12 +304,42 @@ async fn h14_the_worker_answers_discovery_preview_and_refusals_byte_for_byte_lik
         json!({"protocol": "messages", "body": {"model": "claude-test", "max_tokens": 64,
             "messages": [{"role": "user", "content": text}]}})
     };
+    let rpc = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
     let cases: Vec<(Method, &str, Option<Value>)> = vec![
         (Method::GET, "/connect.json", None),
         (Method::GET, "/llms.txt", None),
         (Method::GET, "/llms-full.txt", None),
         (Method::GET, "/.well-known/agent-card.json", None),
         (Method::GET, "/robots.txt", None),
+        (Method::GET, "/", None),
+        (Method::GET, "/docs", None),
+        (Method::GET, "/preview", None),
+        (Method::GET, "/assets/herma.css", None),
+        (Method::GET, "/assets/playground.js", None),
+        (
+            Method::POST,
+            "/mcp",
+            Some(rpc(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "parity", "version": "1"}}),
+            )),
+        ),
+        (Method::POST, "/mcp", Some(rpc("tools/list", json!({})))),
+        (
+            Method::POST,
+            "/mcp",
+            Some(rpc(
+                "tools/call",
+                json!({"name": "herma_preview",
+            "arguments": preview("how do I force push safely?")}),
+            )),
+        ),
+        (
+            Method::POST,
+            "/mcp",
+            Some(rpc("tools/frobnicate", json!({}))),
+        ),
         (Method::GET, "/openapi.json", None),
         (Method::GET, "/no/such/route", None),
         (Method::DELETE, "/connect.json", None),
@@ -266,12 +376,11 @@ async fn h14_the_worker_answers_discovery_preview_and_refusals_byte_for_byte_lik
             );
         }
     }
-    // By design: the health answer names the store (the Worker's first increment keeps
-    // records in the isolate's memory).
+    // By design: the health answer names the store.
     let (health, _) = call(&worker.base, Method::GET, "/healthz", None, None).await;
     let health: Value = serde_json::from_str(&health.body).expect("json");
     assert_eq!(health["status"], "ok");
-    assert_eq!(health["database"], "memory");
+    assert_eq!(health["database"], "d1");
 }
 
 async fn route_key(base: &str) -> String {
@@ -377,4 +486,445 @@ async fn h10_the_worker_forwards_json_and_sse_and_answers_directly_like_the_nati
         let sent = format!("{:?}", recorded.headers);
         assert!(!sent.contains("hmk_"), "a caller key reached the upstream");
     }
+}
+
+/// A key with `scopes` for `harness`, issued by `base`'s admin: the key and its id.
+async fn issued_key(base: &str, scopes: &[&str], harness: &str) -> (String, String) {
+    let (issued, _) = call(
+        base,
+        Method::POST,
+        "/v1/admin/keys",
+        Some(ADMIN),
+        Some(&json!({"scopes": scopes, "label": "parity", "harness": harness})),
+    )
+    .await;
+    assert_eq!(issued.status, 201, "{}", issued.body);
+    let issued: Value = serde_json::from_str(&issued.body).expect("json");
+    let key = issued["key"].as_str().expect("a key").to_owned();
+    let id = key[4..20].to_owned();
+    (key, id)
+}
+
+/// `answer`'s body with `ids` written as their names, and each record's times (each runtime's
+/// clock) and receipt ids (random) as `…`.
+fn comparable(mut answer: Answer, ids: &[(&str, &str)]) -> Answer {
+    fn without_times(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (name, v) in map.iter_mut() {
+                    // Times, and receipt ids (random), differ by design.
+                    let own =
+                        name.ends_with("_at") || name.ends_with("_seen") || name == "receipt_id";
+                    if own && (v.is_string() || v.is_number()) {
+                        *v = json!("…");
+                    } else {
+                        without_times(v);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(without_times),
+            _ => {}
+        }
+    }
+    for (id, name) in ids {
+        answer.body = answer.body.replace(id, name);
+    }
+    if let Ok(mut value) = serde_json::from_str::<Value>(&answer.body) {
+        without_times(&mut value);
+        answer.body = value.to_string();
+    }
+    answer
+}
+
+#[tokio::test]
+async fn h11_the_worker_on_d1_keeps_callers_apart_locks_built_ins_and_compares_versions_like_the_native_server()
+ {
+    use herma_test_support::fixtures::{context_entry, provision};
+    let mock = MockUpstream::start().await;
+    let vars = settings(&mock.url());
+    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let native_base = native.url("");
+    let state = migrated_state();
+    let worker = start_worker(&vars, &state).await;
+
+    let scopes = ["route", "configure"];
+    let (home_alice, home_alice_id) = issued_key(&native_base, &scopes, "claude-code").await;
+    let (home_bob, home_bob_id) = issued_key(&native_base, &scopes, "claude-code").await;
+    let (edge_alice, edge_alice_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let (edge_bob, edge_bob_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+
+    #[derive(Clone, Copy)]
+    enum Who {
+        Alice,
+        Bob,
+    }
+    let versioned = |mut body: Value, version: u64| {
+        body["expected_version"] = json!(version);
+        body
+    };
+    let mut changed = provision("shared");
+    changed["description"] = json!("changed");
+    let steps: Vec<(u16, Who, Method, &str, Option<Value>)> = vec![
+        (
+            201,
+            Who::Alice,
+            Method::POST,
+            "/v1/provisions",
+            Some(provision("shared")),
+        ),
+        (
+            409,
+            Who::Alice,
+            Method::POST,
+            "/v1/provisions",
+            Some(provision("shared")),
+        ),
+        (
+            200,
+            Who::Alice,
+            Method::PUT,
+            "/v1/provisions/shared",
+            Some(versioned(changed.clone(), 1)),
+        ),
+        // A writer that read version 1 loses and learns the current version.
+        (
+            409,
+            Who::Alice,
+            Method::PUT,
+            "/v1/provisions/shared",
+            Some(versioned(provision("shared"), 1)),
+        ),
+        (200, Who::Alice, Method::GET, "/v1/provisions/shared", None),
+        (404, Who::Bob, Method::GET, "/v1/provisions/shared", None),
+        (
+            404,
+            Who::Bob,
+            Method::PUT,
+            "/v1/provisions/shared",
+            Some(versioned(provision("shared"), 2)),
+        ),
+        (404, Who::Bob, Method::DELETE, "/v1/provisions/shared", None),
+        (200, Who::Bob, Method::GET, "/v1/provisions", None),
+        (
+            201,
+            Who::Alice,
+            Method::POST,
+            "/v1/context",
+            Some(context_entry("deploy.checklist")),
+        ),
+        (200, Who::Alice, Method::GET, "/v1/context", None),
+        (
+            404,
+            Who::Bob,
+            Method::GET,
+            "/v1/context/deploy.checklist",
+            None,
+        ),
+        // The built-in lock.
+        (
+            403,
+            Who::Alice,
+            Method::PUT,
+            "/v1/provisions/git.force-push",
+            Some(versioned(provision("git.force-push"), 1)),
+        ),
+        (
+            403,
+            Who::Alice,
+            Method::DELETE,
+            "/v1/provisions/git.force-push",
+            None,
+        ),
+        (
+            200,
+            Who::Alice,
+            Method::GET,
+            "/v1/provisions/git.force-push",
+            None,
+        ),
+        (200, Who::Alice, Method::GET, "/v1/provisions", None),
+        // Stored rules fire for their own caller only.
+        (
+            200,
+            Who::Alice,
+            Method::POST,
+            "/v1/dry-run",
+            Some(json!({"protocol": "messages", "body":
+            {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "how do I deploy?"}]}})),
+        ),
+        (
+            200,
+            Who::Bob,
+            Method::POST,
+            "/v1/dry-run",
+            Some(json!({"protocol": "messages", "body":
+            {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "how do I deploy?"}]}})),
+        ),
+    ];
+    let ids = [
+        (home_alice_id.as_str(), "ALICE"),
+        (home_bob_id.as_str(), "BOB"),
+        (edge_alice_id.as_str(), "ALICE"),
+        (edge_bob_id.as_str(), "BOB"),
+    ];
+    let mut dry_runs = Vec::new();
+    for (status, who, method, path, body) in steps {
+        let (home_key, edge_key) = match who {
+            Who::Alice => (&home_alice, &edge_alice),
+            Who::Bob => (&home_bob, &edge_bob),
+        };
+        let what = format!("{method} {path}");
+        let (home_key, edge_key) = (
+            Some((home_key.as_str(), Some("claude-code"))),
+            Some((edge_key.as_str(), Some("claude-code"))),
+        );
+        let (at_home, _) =
+            call_as(&native_base, method.clone(), path, home_key, body.as_ref()).await;
+        let (at_edge, _) = call_as(&worker.base, method, path, edge_key, body.as_ref()).await;
+        assert_eq!(at_home.status, status, "{what}: {}", at_home.body);
+        if path == "/v1/dry-run" {
+            dry_runs.push(at_home.body.clone());
+        }
+        assert_same(
+            &comparable(at_edge, &ids),
+            &comparable(at_home, &ids),
+            &what,
+        );
+    }
+    // Alice's rule fires for Alice (her dry run names it) and not for Bob.
+    assert!(dry_runs[0].contains("\"shared\""), "{}", dry_runs[0]);
+    assert!(!dry_runs[1].contains("\"shared\""), "{}", dry_runs[1]);
+
+    // D1 keeps what was written: a new Worker process on the same local state still knows
+    // Alice's key and her record.
+    drop(worker);
+    let worker = start_worker(&vars, &state).await;
+    let (kept, _) = call(
+        &worker.base,
+        Method::GET,
+        "/v1/provisions/shared",
+        Some(&edge_alice),
+        None,
+    )
+    .await;
+    assert_eq!(kept.status, 200, "{}", kept.body);
+    let kept: Value = serde_json::from_str(&kept.body).expect("json");
+    assert_eq!(
+        (kept["version"].clone(), kept["description"].clone()),
+        (json!(2), json!("changed"))
+    );
+}
+
+/// Turn `n` of a Claude Code-like session: the request, then n-1 rounds of a tool call whose
+/// result reports a type error.
+fn session_turn(n: usize) -> Value {
+    let mut messages = vec![json!({"role": "user",
+        "content": "Please deploy the fix in src/deploy.rs using `Deployer::run`, see tessera://nouns/deploys"})];
+    for i in 1..n {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use",
+            "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": "cargo build"}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": format!("toolu_{i}"), "is_error": true,
+            "content": "error[E0308]: mismatched types\n --> src/deploy.rs:7:9"}]}));
+    }
+    json!({"model": "claude-test", "max_tokens": 512, "messages": messages})
+}
+
+#[tokio::test]
+async fn h13_the_worker_on_d1_remembers_entities_and_charges_retries_like_the_native_server() {
+    let (_mock, native, worker) = side_by_side().await;
+    let native_base = native.url("");
+    let scopes = ["route", "configure"];
+    let (home_key, home_id) = issued_key(&native_base, &scopes, "claude-code").await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let client = reqwest::Client::new();
+    for (base, key) in [(&native_base, &home_key), (&worker.base, &edge_key)] {
+        for (path, body) in [
+            (
+                "/v1/context",
+                json!({"id": "deploy.checklist", "kind": "verb",
+                "schema_or_body": "Run the migrations first."}),
+            ),
+            (
+                "/v1/provisions",
+                json!({"id": "deploy", "action": "shim_context",
+                "triggers": {"keywords": ["deploy"]}, "context_refs": ["deploy.checklist"]}),
+            ),
+        ] {
+            let (created, _) = call_as(
+                base,
+                Method::POST,
+                path,
+                Some((key, Some("claude-code"))),
+                Some(&body),
+            )
+            .await;
+            assert_eq!(created.status, 201, "{base}{path}: {}", created.body);
+        }
+        for n in 1..=4 {
+            let response = client
+                .post(format!("{base}/v1/messages"))
+                .header("x-api-key", key.as_str())
+                .header("x-claude-code-session-id", "session-1")
+                .header("X-Herma-Project", "billing")
+                .json(&session_turn(n))
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(response.status(), 200, "{base}: turn {n}");
+            response.bytes().await.expect("a body");
+        }
+    }
+    native.app.receipts.flush().await;
+    native.app.memory.as_ref().expect("memory on").flush().await;
+
+    // The Worker processes each turn after its answer has ended (`waitUntil`): wait until it
+    // has, then its memory, outcomes and insights are the native server's.
+    let ids = [(home_id.as_str(), "KEY"), (edge_id.as_str(), "KEY")];
+    for path in ["/v1/memory?project=billing", "/v1/outcomes", "/v1/insights"] {
+        let (at_home, _) = call(&native_base, Method::GET, path, Some(&home_key), None).await;
+        assert_eq!(at_home.status, 200, "{path}: {}", at_home.body);
+        let at_home = comparable(at_home, &ids);
+        let mut at_edge = None;
+        for _ in 0..100 {
+            let (got, _) = call(&worker.base, Method::GET, path, Some(&edge_key), None).await;
+            let got = comparable(got, &ids);
+            if got == at_home {
+                at_edge = Some(got);
+                break;
+            }
+            at_edge = Some(got);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_same(&at_edge.expect("an answer"), &at_home, path);
+    }
+    let (memory, _) = call(
+        &worker.base,
+        Method::GET,
+        "/v1/memory?project=billing",
+        Some(&edge_key),
+        None,
+    )
+    .await;
+    assert!(memory.body.contains("rust:E0308"), "{}", memory.body);
+}
+
+#[tokio::test]
+async fn the_worker_refuses_to_serve_a_d1_database_that_is_behind_and_serves_it_once_migrated() {
+    let state = tempfile::tempdir().expect("tempdir").keep();
+    let worker = spawn_worker(&settings("http://127.0.0.1:9"), &state);
+    let client = reqwest::Client::new();
+    let mut refused = None;
+    for _ in 0..240 {
+        if let Ok(r) = client.get(format!("{}/healthz", worker.base)).send().await {
+            let status = r.status();
+            let content_type = r.headers().get("content-type").cloned();
+            refused = Some((status, content_type, r.text().await.unwrap_or_default()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, content_type, body) = refused.expect("wrangler dev answers");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        content_type.as_ref().and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
+    let problem: Value = serde_json::from_str(&body).expect("a problem");
+    assert_eq!(problem["code"], "unavailable");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("at migration none") && detail.contains("wrangler d1 migrations apply"),
+        "{detail}"
+    );
+    // Nothing was kept: once the migrations are applied, the next request is served.
+    migrate(&state);
+    let (health, _) = call(&worker.base, Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200, "{}", health.body);
+    let health: Value = serde_json::from_str(&health.body).expect("json");
+    assert_eq!(health["database"], "d1");
+}
+
+/// Runs `sql` on the local D1 database in `state` (as `wrangler d1 execute` does for an
+/// operator) and returns the rows of its last statement.
+fn d1_execute(state: &Path, sql: &str) -> Vec<Value> {
+    let out = wrangler(&worker_dir())
+        .args([
+            "d1",
+            "execute",
+            "herma",
+            "--local",
+            "--json",
+            "--persist-to",
+        ])
+        .arg(state)
+        .arg("--command")
+        .arg(sql)
+        .output()
+        .expect("wrangler runs");
+    assert!(
+        out.status.success(),
+        "wrangler d1 execute failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Value = serde_json::from_slice(&out.stdout).expect("wrangler's JSON");
+    results
+        .as_array()
+        .and_then(|all| all.last())
+        .and_then(|last| last["results"].as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_workers_cron_trigger_prunes_receipts_and_outcomes_past_their_retention() {
+    let state = migrated_state();
+    #[allow(clippy::disallowed_methods)] // the rows are aged against the real clock
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    let day = 86_400_000u128;
+    let (old, recent) = (now - 40 * day, now - day);
+    d1_execute(
+        &state,
+        &format!(
+            "INSERT INTO injection_receipts (caller_scope, id, sha256, body, created_at) VALUES
+               ('key:aaaaaaaaaaaaaaaa', 'rcpt_old', 'x', '{{}}', {old}),
+               ('key:aaaaaaaaaaaaaaaa', 'rcpt_recent', 'x', '{{}}', {recent});
+             INSERT INTO rule_outcomes (caller_scope, conversation_id, turn, provision_id,
+               provision_version, outcome, error_signature, receipt_id, recorded_at) VALUES
+               ('key:aaaaaaaaaaaaaaaa', 'c', 1, 'deploy', 1, 'injected', NULL, 'rcpt_old', {old}),
+               ('key:aaaaaaaaaaaaaaaa', 'c', 2, 'deploy', 1, 'injected', NULL, 'rcpt_recent', {recent});"
+        ),
+    );
+    let mut vars = settings("http://127.0.0.1:9");
+    vars.push(("HERMA_RECEIPT_RETENTION_DAYS", "30".to_owned()));
+    vars.push(("HERMA_OUTCOME_RETENTION_DAYS", "30".to_owned()));
+    let worker = start_worker(&vars, &state).await;
+    let ran = reqwest::get(format!("{}/__scheduled?cron=17+*+*+*+*", worker.base))
+        .await
+        .expect("the trigger runs");
+    assert!(ran.status().is_success(), "{:?}", ran.text().await);
+    let kept = |table: &str| {
+        d1_execute(
+            &state,
+            &format!("SELECT receipt_id AS id FROM {table} ORDER BY id"),
+        )
+    };
+    let mut left = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        left = (
+            d1_execute(&state, "SELECT id FROM injection_receipts ORDER BY id"),
+            kept("rule_outcomes"),
+        );
+        if left.0.len() == 1 && left.1.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(left.0, vec![json!({"id": "rcpt_recent"})], "receipts kept");
+    assert_eq!(left.1, vec![json!({"id": "rcpt_recent"})], "outcomes kept");
 }
