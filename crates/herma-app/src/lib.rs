@@ -148,8 +148,10 @@ impl App {
         self
     }
 
-    /// Uses `tiers` for semantic and micromodel triggers.
-    pub fn with_tiers(mut self, tiers: tiers::Tiers) -> Self {
+    /// Uses `tiers` for semantic and micromodel triggers (their calls bounded on the app's
+    /// runtime).
+    pub fn with_tiers(mut self, mut tiers: tiers::Tiers) -> Self {
+        tiers.runtime.get_or_insert_with(|| self.runtime.clone());
         self.rules = RuleCache::new(
             self.store.clone(),
             self.clock.clone(),

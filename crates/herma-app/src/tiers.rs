@@ -20,9 +20,14 @@ use herma_core::evaluation::{
 use herma_core::micromodel::{Classifier, ClassifierError, Outcome, classify};
 use herma_core::model::Tier;
 use herma_core::rules::{RuleMatch, RuleSet};
-use herma_core::semantic::{Embedder, ModelIdentity, RuleVectors, SemanticIndex, SemanticScore};
+use herma_core::semantic::{
+    EmbedError, Embedder, ModelIdentity, RuleVectors, SemanticIndex, SemanticScore,
+};
+use herma_core::settings::{EmbedSource, TierSettings};
 use herma_core::wire::Envelope;
 use herma_core::{CallerScope, Timestamp};
+use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
+use herma_store::runtime::Runtime;
 use herma_store::{Store, StoredVectors};
 
 /// Classifier calls one request makes at once.
@@ -33,7 +38,13 @@ pub const MAX_PARALLEL_CLASSIFIER_CALLS: usize = 4;
 pub struct Tiers {
     pub embedder: Option<Arc<dyn Embedder>>,
     pub classifier: Option<Arc<dyn Classifier>>,
+    /// The bound of one classifier call.
     pub classifier_timeout: Duration,
+    /// The bound of one request's embedding by a remote model (`None`: unbounded, as the
+    /// in-process model needs).
+    pub embed_timeout: Option<Duration>,
+    /// Where the bounds are kept: the app's runtime ([`crate::App::with_tiers`] sets it).
+    pub runtime: Option<Arc<dyn Runtime>>,
     /// Configured models that could not be used, in words.
     pub problems: Vec<String>,
 }
@@ -49,11 +60,65 @@ impl std::fmt::Debug for Tiers {
 }
 
 impl Tiers {
+    /// `future`, or `None` when `limit` passed first (on the app's runtime; unbounded without
+    /// one, which only a `Tiers` outside an app lacks).
+    async fn bounded<T>(&self, limit: Duration, future: impl Future<Output = T>) -> Option<T> {
+        match &self.runtime {
+            Some(runtime) => herma_store::runtime::timeout(runtime.as_ref(), limit, future).await,
+            None => Some(future.await),
+        }
+    }
+
     /// Records a configured model that cannot be used (and logs it).
     pub fn problem(&mut self, text: String) {
         tracing::warn!("{text}");
         self.problems.push(text);
     }
+}
+
+/// The remote models `settings` names for tiers 2 and 3, over `http`: the embedding endpoint
+/// (probed once for its size) and the classifier. A model that cannot be used is left out and
+/// named in `problems`; rules needing it never fire, and dry runs say why. The in-process model
+/// is not opened here (`herma serve` loads it; at the edge there is none, `local_refused` says
+/// why in `problems`).
+pub async fn open_remote(
+    settings: &TierSettings,
+    http: Arc<dyn herma_providers::Upstream>,
+    local_refused: Option<&str>,
+) -> Tiers {
+    let mut tiers = Tiers {
+        classifier_timeout: Duration::from_millis(settings.micromodel_timeout_ms),
+        ..Tiers::default()
+    };
+    let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
+    match &settings.embed {
+        Some(EmbedSource::Remote(remote)) => {
+            // Embedding a request may take longer than a classifier's yes or no.
+            tiers.embed_timeout = Some(Duration::from_millis(
+                settings.micromodel_timeout_ms.max(5_000),
+            ));
+            match RemoteEmbedder::connect_over(http.clone(), remote, cache).await {
+                Ok(embedder) => {
+                    tracing::info!(model = %embedder.identity().id, dimensions = embedder.identity().dimensions, "remote embedding model connected");
+                    tiers.embedder = Some(Arc::new(embedder));
+                }
+                Err(e) => tiers.problem(format!(
+                    "the remote embedding model at {} is not usable: {e}",
+                    remote.base
+                )),
+            }
+        }
+        Some(EmbedSource::Local { .. }) => {
+            if let Some(why) = local_refused {
+                tiers.problem(why.to_owned());
+            }
+        }
+        None => {}
+    }
+    if let Some(remote) = &settings.micromodel {
+        tiers.classifier = Some(Arc::new(HttpClassifier::over(http, remote)));
+    }
+    tiers
 }
 
 /// A caller's semantic rules as vectors.
@@ -241,7 +306,19 @@ pub async fn evaluate(
         } else if let Some(embedder) = &tiers.embedder {
             report.embedding_model = Some(embedder.identity().id.clone());
             let started = Instant::now();
-            let vector = embedder.embed(&[text.to_owned()]).await;
+            let asked = [text.to_owned()];
+            let vector = match tiers.embed_timeout.filter(|_| embedder.identity().remote) {
+                Some(limit) => tiers
+                    .bounded(limit, embedder.embed(&asked))
+                    .await
+                    .unwrap_or_else(|| {
+                        Err(EmbedError::Unavailable(format!(
+                            "the embedding model did not answer within {} ms",
+                            limit.as_millis()
+                        )))
+                    }),
+                None => embedder.embed(&asked).await,
+            };
             report.embed_micros = started.elapsed().as_micros() as u64;
             match vector.map(|mut v| v.pop()) {
                 Ok(Some(query)) => {
@@ -308,12 +385,10 @@ pub async fn evaluate(
             .map(|(r, trigger)| {
                 let classifier: &dyn Classifier = classifier.as_ref();
                 async move {
-                    let outcome = tokio::time::timeout(
-                        timeout,
-                        classify(classifier, trigger, &envelope.user_text),
-                    )
-                    .await
-                    .unwrap_or(Outcome::Failed(ClassifierError::Timeout));
+                    let outcome = tiers
+                        .bounded(timeout, classify(classifier, trigger, &envelope.user_text))
+                        .await
+                        .unwrap_or(Outcome::Failed(ClassifierError::Timeout));
                     (r, outcome)
                 }
             })

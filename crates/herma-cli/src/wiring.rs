@@ -8,11 +8,9 @@ use std::time::Duration;
 use herma_app::App;
 use herma_app::clock::OsRandom;
 use herma_app::tiers::Tiers;
-use herma_core::semantic::Embedder;
 use herma_core::settings::{DatabaseUrl, EmbedSource, Settings, TierSettings};
 use herma_core::{Problem, ProblemCode};
 use herma_embed::{LocalEmbedder, Options};
-use herma_providers::tiers::{HttpClassifier, RemoteEmbedder};
 use herma_providers::{HttpUpstream, Upstream};
 use herma_store::governed::GovernedPorts;
 use herma_store::{Store, StoreError, SystemClock, TokioRuntime};
@@ -109,60 +107,44 @@ pub struct OpenedTiers {
 /// model that cannot be used is left out and named in `problems` (and the log); Herma still
 /// starts, and rules needing it never fire.
 pub async fn open_tiers(settings: &TierSettings) -> OpenedTiers {
-    let mut tiers = Tiers {
-        classifier_timeout: Duration::from_millis(settings.micromodel_timeout_ms),
-        ..Tiers::default()
+    // The remote models' client: each wait bounded; the app bounds every classifier call by
+    // `HERMA_MICROMODEL_TIMEOUT_MS` and every embedding by at least 5 s.
+    let wait = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
+    let mut tiers = match HttpUpstream::new(wait, wait, wait) {
+        Ok(http) => herma_app::tiers::open_remote(settings, Arc::new(http), None).await,
+        Err(e) => {
+            let mut tiers = Tiers::default();
+            tiers.problem(format!("the remote models' HTTP client did not start: {e}"));
+            tiers
+        }
     };
     let mut local = None;
-    let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
-    match &settings.embed {
-        None => {}
-        Some(EmbedSource::Local { dir }) => {
-            let options = Options {
-                window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
-                threads: usize::try_from(settings.embed_threads).unwrap_or(1),
-                cache_entries: cache,
-                ..Options::default()
-            };
-            let dir = PathBuf::from(dir);
-            let loaded =
-                tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir, &options)).await;
-            match loaded {
-                Ok(Ok(model)) => {
-                    let report = model.report();
-                    tracing::info!(
-                        model = %report.identity.id,
-                        dimensions = report.identity.dimensions,
-                        window_tokens = report.window_tokens,
-                        load_ms = report.load_time.as_millis() as u64,
-                        "embedding model loaded"
-                    );
-                    let model = Arc::new(model);
-                    tiers.embedder = Some(model.clone());
-                    local = Some(model);
-                }
-                Ok(Err(e)) => tiers.problem(format!("the embedding model did not load: {e}")),
-                Err(e) => tiers.problem(format!("the embedding model did not load: {e}")),
+    if let Some(EmbedSource::Local { dir }) = &settings.embed {
+        let cache = usize::try_from(settings.embed_cache_entries).unwrap_or(10_000);
+        let options = Options {
+            window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
+            threads: usize::try_from(settings.embed_threads).unwrap_or(1),
+            cache_entries: cache,
+            ..Options::default()
+        };
+        let dir = PathBuf::from(dir);
+        let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir, &options)).await;
+        match loaded {
+            Ok(Ok(model)) => {
+                let report = model.report();
+                tracing::info!(
+                    model = %report.identity.id,
+                    dimensions = report.identity.dimensions,
+                    window_tokens = report.window_tokens,
+                    load_ms = report.load_time.as_millis() as u64,
+                    "embedding model loaded"
+                );
+                let model = Arc::new(model);
+                tiers.embedder = Some(model.clone());
+                local = Some(model);
             }
-        }
-        Some(EmbedSource::Remote(remote)) => {
-            let timeout = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
-            match RemoteEmbedder::connect(remote, timeout, cache).await {
-                Ok(embedder) => {
-                    tracing::info!(model = %embedder.identity().id, dimensions = embedder.identity().dimensions, "remote embedding model connected");
-                    tiers.embedder = Some(Arc::new(embedder));
-                }
-                Err(e) => tiers.problem(format!(
-                    "the remote embedding model at {} is not usable: {e}",
-                    remote.base
-                )),
-            }
-        }
-    }
-    if let Some(remote) = &settings.micromodel {
-        match HttpClassifier::new(remote, tiers.classifier_timeout) {
-            Ok(classifier) => tiers.classifier = Some(Arc::new(classifier)),
-            Err(e) => tiers.problem(format!("the classifier client did not start: {e}")),
+            Ok(Err(e)) => tiers.problem(format!("the embedding model did not load: {e}")),
+            Err(e) => tiers.problem(format!("the embedding model did not load: {e}")),
         }
     }
     OpenedTiers { tiers, local }

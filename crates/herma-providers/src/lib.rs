@@ -15,15 +15,12 @@ pub mod fabric;
 #[cfg(not(target_arch = "wasm32"))]
 mod http;
 pub mod single;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod tiers;
 
 // reqwest, sockets and the system resolver are the native runtime's: on wasm32 (the Worker) the
 // transport brings its own [`Upstream`] over the platform's fetch.
 #[cfg(not(target_arch = "wasm32"))]
 pub use http::HttpUpstream;
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) use http::{client_builder, describe};
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -62,7 +59,7 @@ pub struct UpstreamResponse {
 }
 
 /// Why an upstream call failed. Nothing here echoes upstream bodies, credentials or socket
-/// details (those are in the server log, see [`describe`]): the texts are safe to show.
+/// details (those are in the server log): the texts are safe to show.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum UpstreamError {
     #[error("could not connect: {0}")]

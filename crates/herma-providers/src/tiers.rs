@@ -1,23 +1,100 @@
 //! Remote models for tiers 2 and 3: an embedding endpoint and a classifier, each spoken as
 //! OpenAI-compatible (`/embeddings`, `/chat/completions`) or Ollama (`/api/embed`, `/api/chat`).
-//! One request per call, no redirects, no retries, a hard timeout.
+//! One request per call, no redirects, no retries, bounded waits and body sizes.
+//!
+//! Both speak through the [`Upstream`] port, so they run wherever one exists: natively over
+//! their own [`crate::HttpUpstream`] (`new`, `connect`), at the edge over the platform's fetch
+//! (`over`, `connect_over`). The whole call's bound is the caller's (`herma_app::tiers` puts
+//! one around every classifier call and every embedding).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
 use herma_core::micromodel::{Classifier, ClassifierError, ClassifierRequest};
 use herma_core::semantic::{EmbedError, Embedder, ModelIdentity, VectorCache, normalize};
 use herma_core::settings::{RemoteModel, RemoteProtocol};
 use serde_json::{Value, json};
 
-fn client(timeout: Duration) -> Result<reqwest::Client, String> {
-    crate::client_builder(crate::dns::GuardedResolver::system())
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .tcp_nodelay(true)
-        .build()
+use crate::{Upstream, UpstreamError, UpstreamRequest};
+
+/// The largest answer read from a tier model (a batch of embeddings is the big one).
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// A native client with `timeout` for connecting, the response headers and each body chunk.
+#[cfg(not(target_arch = "wasm32"))]
+fn native(timeout: std::time::Duration) -> Result<Arc<dyn Upstream>, String> {
+    crate::HttpUpstream::new(timeout, timeout, timeout)
+        .map(|http| Arc::new(http) as Arc<dyn Upstream>)
         .map_err(|e| e.to_string())
+}
+
+/// What one POST of a JSON body answered.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+}
+
+/// POSTs `body` as JSON to `url` (with `key` as a bearer token) and reads the whole answer.
+async fn post_json(
+    http: &dyn Upstream,
+    url: &str,
+    key: Option<&str>,
+    body: &Value,
+) -> Result<Answer, UpstreamError> {
+    let mut headers = vec![
+        ("content-type".to_owned(), b"application/json".to_vec()),
+        ("accept".to_owned(), b"application/json".to_vec()),
+    ];
+    if let Some(key) = key {
+        headers.push((
+            "authorization".to_owned(),
+            format!("Bearer {key}").into_bytes(),
+        ));
+    }
+    let response = http
+        .send(UpstreamRequest {
+            method: "POST".to_owned(),
+            url: url.to_owned(),
+            headers,
+            body: Bytes::from(body.to_string()),
+        })
+        .await?;
+    let mut body = Vec::new();
+    let mut chunks = response.body;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(UpstreamError::Body(format!(
+                "the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer {
+        status: response.status,
+        headers: response.headers,
+        body,
+    })
+}
+
+/// An upstream failure in words safe to show (no socket details).
+fn phrase(err: &UpstreamError) -> String {
+    match err {
+        UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The endpoint part of a model identity: host, port and path (two endpoints on one host
@@ -31,7 +108,7 @@ fn endpoint_of(base: &str) -> String {
 
 /// The tier-3 classifier over HTTP.
 pub struct HttpClassifier {
-    client: reqwest::Client,
+    http: Arc<dyn Upstream>,
     endpoint: String,
     protocol: RemoteProtocol,
     model: String,
@@ -48,18 +125,25 @@ impl std::fmt::Debug for HttpClassifier {
 }
 
 impl HttpClassifier {
-    pub fn new(settings: &RemoteModel, timeout: Duration) -> Result<Self, String> {
+    /// The classifier over its own HTTP client, each wait bounded by `timeout`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new(settings: &RemoteModel, timeout: std::time::Duration) -> Result<Self, String> {
+        Ok(Self::over(native(timeout)?, settings))
+    }
+
+    /// The classifier over `http`.
+    pub fn over(http: Arc<dyn Upstream>, settings: &RemoteModel) -> Self {
         let endpoint = match settings.protocol {
             RemoteProtocol::OpenAi => format!("{}/chat/completions", settings.base),
             RemoteProtocol::Ollama => format!("{}/api/chat", settings.base),
         };
-        Ok(Self {
-            client: client(timeout)?,
+        Self {
+            http,
             endpoint,
             protocol: settings.protocol,
             model: settings.model.clone(),
             key: settings.key.as_ref().map(|k| k.expose().to_owned()),
-        })
+        }
     }
 }
 
@@ -91,38 +175,29 @@ impl Classifier for HttpClassifier {
                 "options": {"temperature": 0}
             }),
         };
-        let mut builder = self.client.post(&self.endpoint).json(&body);
-        if let Some(key) = &self.key {
-            builder = builder.bearer_auth(key);
-        }
-        let response = builder.send().await.map_err(|e| {
-            if e.is_timeout() {
-                ClassifierError::Timeout
-            } else {
-                ClassifierError::Unreachable(crate::describe(&e))
-            }
+        let answer = post_json(
+            self.http.as_ref(),
+            &self.endpoint,
+            self.key.as_deref(),
+            &body,
+        )
+        .await
+        .map_err(|e| match e {
+            UpstreamError::Timeout(_) => ClassifierError::Timeout,
+            other => ClassifierError::Unreachable(phrase(&other)),
         })?;
-        let status = response.status().as_u16();
-        if status == 429 {
-            let retry_after_seconds = response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
+        if answer.status == 429 {
+            let retry_after_seconds = answer
+                .header("retry-after")
                 .and_then(|v| v.trim().parse().ok());
             return Err(ClassifierError::RateLimited {
                 retry_after_seconds,
             });
         }
-        if !(200..300).contains(&status) {
-            return Err(ClassifierError::Status(status));
+        if !(200..300).contains(&answer.status) {
+            return Err(ClassifierError::Status(answer.status));
         }
-        let text = response.text().await.map_err(|e| {
-            if e.is_timeout() {
-                ClassifierError::Timeout
-            } else {
-                ClassifierError::Unreachable(crate::describe(&e))
-            }
-        })?;
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
         // The decision is the assistant's text; an envelope without one is passed on as it is,
         // so the typed-decision check reports it as malformed.
         let content = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
@@ -138,7 +213,7 @@ impl Classifier for HttpClassifier {
 
 /// A remote embedding endpoint, with the same digest-keyed cache as the local model.
 pub struct RemoteEmbedder {
-    client: reqwest::Client,
+    http: Arc<dyn Upstream>,
     endpoint: String,
     protocol: RemoteProtocol,
     model: String,
@@ -156,10 +231,22 @@ impl std::fmt::Debug for RemoteEmbedder {
 }
 
 impl RemoteEmbedder {
-    /// Connects: one probe embedding tells the model's dimensions.
+    /// Connects over its own HTTP client, each wait bounded by `timeout`: one probe embedding
+    /// tells the model's dimensions.
+    #[cfg(not(target_arch = "wasm32"))]
     pub async fn connect(
         settings: &RemoteModel,
-        timeout: Duration,
+        timeout: std::time::Duration,
+        cache_entries: usize,
+    ) -> Result<Self, EmbedError> {
+        let http = native(timeout).map_err(EmbedError::Unavailable)?;
+        Self::connect_over(http, settings, cache_entries).await
+    }
+
+    /// Connects over `http`: one probe embedding tells the model's dimensions.
+    pub async fn connect_over(
+        http: Arc<dyn Upstream>,
+        settings: &RemoteModel,
         cache_entries: usize,
     ) -> Result<Self, EmbedError> {
         let endpoint = match settings.protocol {
@@ -167,7 +254,7 @@ impl RemoteEmbedder {
             RemoteProtocol::Ollama => format!("{}/api/embed", settings.base),
         };
         let mut embedder = Self {
-            client: client(timeout).map_err(EmbedError::Unavailable)?,
+            http,
             endpoint,
             protocol: settings.protocol,
             model: settings.model.clone(),
@@ -197,22 +284,19 @@ impl RemoteEmbedder {
 
     async fn call(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let body = json!({"model": self.model, "input": texts});
-        let mut builder = self.client.post(&self.endpoint).json(&body);
-        if let Some(key) = &self.key {
-            builder = builder.bearer_auth(key);
+        let answer = post_json(
+            self.http.as_ref(),
+            &self.endpoint,
+            self.key.as_deref(),
+            &body,
+        )
+        .await
+        .map_err(|e| EmbedError::Unavailable(phrase(&e)))?;
+        if !(200..300).contains(&answer.status) {
+            return Err(EmbedError::Unavailable(format!("HTTP {}", answer.status)));
         }
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| EmbedError::Unavailable(crate::describe(&e)))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(EmbedError::Unavailable(format!("HTTP {}", status.as_u16())));
-        }
-        let value: Value = response
-            .json()
-            .await
-            .map_err(|e| EmbedError::Malformed(crate::describe(&e)))?;
+        let value: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| EmbedError::Malformed(format!("the answer is not JSON: {e}")))?;
         let rows: Vec<&Value> = match self.protocol {
             RemoteProtocol::OpenAi => {
                 let mut data: Vec<&Value> =

@@ -144,17 +144,25 @@ async fn store(env: &Env) -> Result<Arc<dyn Store>, Problem> {
     Ok(Arc::new(store))
 }
 
+/// Why `HERMA_EMBED_MODEL_DIR` does nothing here.
+const LOCAL_MODEL: &str = "the in-process embedding model (HERMA_EMBED_MODEL_DIR) does not run in a Worker: semantic rules need a remote endpoint (HERMA_EMBED_URL, HERMA_EMBED_MODEL)";
+
 async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     let settings = settings(env)?;
-    let upstream = upstream::FetchUpstream::new(&settings);
+    let upstream: Arc<dyn herma_providers::Upstream> =
+        Arc::new(upstream::FetchUpstream::new(&settings));
+    // Tiers 2 and 3 on remote models only, over the platform's fetch.
+    let tiers =
+        herma_app::tiers::open_remote(&settings.tiers, upstream.clone(), Some(LOCAL_MODEL)).await;
     let app = App::with_parts(
         store(env).await?,
         settings,
         Arc::new(clock::DateClock),
         Arc::new(OsRandom),
-        Arc::new(upstream),
+        upstream,
         Arc::new(runtime::EdgeRuntime),
-    );
+    )
+    .with_tiers(tiers);
     app.load_starters()
         .await
         .map_err(|p| unavailable(format!("loading the starters: {}", p.detail)))?;

@@ -37,6 +37,19 @@ fn settings(mock: &str) -> Vec<(&'static str, String)> {
 struct Wrangler {
     child: Child,
     base: String,
+    /// What `.wrangler/tmp` held before this one started.
+    tmp_before: Vec<std::ffi::OsString>,
+}
+
+/// Where `wrangler dev` writes each session's bundle (a copy of the wasm).
+fn wrangler_tmp() -> PathBuf {
+    worker_dir().join(".wrangler/tmp")
+}
+
+fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+        .unwrap_or_default()
 }
 
 impl Drop for Wrangler {
@@ -49,6 +62,14 @@ impl Drop for Wrangler {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A killed wrangler leaves its session's bundle behind (7 MB each): remove what this
+        // one added (the Worker's tests run one at a time).
+        let tmp = wrangler_tmp();
+        for name in entries(&tmp) {
+            if !self.tmp_before.contains(&name) {
+                let _ = std::fs::remove_dir_all(tmp.join(name));
+            }
+        }
     }
 }
 
@@ -173,10 +194,12 @@ fn spawn_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
     for (name, value) in vars {
         cmd.arg("--var").arg(format!("{name}:{value}"));
     }
+    let tmp_before = entries(&wrangler_tmp());
     let child = cmd.spawn().expect("wrangler starts");
     Wrangler {
         child,
         base: format!("http://127.0.0.1:{port}"),
+        tmp_before,
     }
 }
 
@@ -927,4 +950,122 @@ async fn the_workers_cron_trigger_prunes_receipts_and_outcomes_past_their_retent
     }
     assert_eq!(left.0, vec![json!({"id": "rcpt_recent"})], "receipts kept");
     assert_eq!(left.1, vec![json!({"id": "rcpt_recent"})], "outcomes kept");
+}
+
+#[tokio::test]
+async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them_offline_like_the_native_server()
+ {
+    use herma_test_support::mock_models::{MockModels, Reply};
+    let models = MockModels::start(Reply::decision(true, 0.95)).await;
+    let mock = MockUpstream::start().await;
+    let mut vars = settings(&mock.url());
+    for (name, value) in [
+        ("HERMA_EMBED_URL", models.url()),
+        ("HERMA_EMBED_MODEL", "text-embedding-3-small".to_owned()),
+        ("HERMA_EMBED_API_KEY", "sk-mock".to_owned()),
+        ("HERMA_MICROMODEL_URL", models.url()),
+        ("HERMA_MICROMODEL_MODEL", "qwen2.5:0.5b".to_owned()),
+        ("HERMA_MICROMODEL_API_KEY", "sk-mock".to_owned()),
+        ("HERMA_MICROMODEL_TIMEOUT_MS", "5000".to_owned()),
+    ] {
+        vars.push((name, value));
+    }
+    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let native_base = native.url("");
+    let worker = start_worker(&vars, &migrated_state()).await;
+    let scopes = ["route", "configure"];
+    let (home_key, home_id) = issued_key(&native_base, &scopes, "claude-code").await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let ids = [(home_id.as_str(), "KEY"), (edge_id.as_str(), "KEY")];
+
+    let semantic = json!({"examples": ["deploy the service"], "threshold": 0.2});
+    let micromodel = json!({"question": "Is this about deploying?", "on_failure": "fallback"});
+    let records = [
+        (
+            "/v1/context",
+            json!({"id": "d", "kind": "verb", "schema_or_body": "Deploy carefully."}),
+        ),
+        (
+            "/v1/provisions",
+            json!({"id": "sem", "action": "shim_context", "context_refs": ["d"],
+            "triggers": {"semantic": semantic}}),
+        ),
+        (
+            "/v1/provisions",
+            json!({"id": "micro", "action": "shim_context", "context_refs": ["d"],
+            "triggers": {"micromodel": micromodel}}),
+        ),
+    ];
+    let dry_run = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "deploy the service now"}]}});
+    let message = json!({"model": "claude-test", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "deploy the service now"}]});
+    // Each runtime in turn, counting the model calls it makes: writing the semantic rule
+    // embeds its examples; the dry run calls no model (H16); the proxied turn embeds the
+    // request and asks the classifier.
+    let mut answers = Vec::new();
+    let mut calls = Vec::new();
+    for (base, key) in [(&native_base, &home_key), (&worker.base, &edge_key)] {
+        let as_claude = Some((key.as_str(), Some("claude-code")));
+        let before = (models.embed_calls(), models.chat_calls());
+        for (path, body) in &records {
+            let (created, _) = call_as(base, Method::POST, path, as_claude, Some(body)).await;
+            assert_eq!(created.status, 201, "{base}{path}: {}", created.body);
+        }
+        let written = (models.embed_calls(), models.chat_calls());
+        let (report, _) =
+            call_as(base, Method::POST, "/v1/dry-run", as_claude, Some(&dry_run)).await;
+        assert_eq!(report.status, 200, "{base}: {}", report.body);
+        let dry = (models.embed_calls(), models.chat_calls());
+        let (forwarded, headers) = call_as(
+            base,
+            Method::POST,
+            "/v1/messages",
+            as_claude,
+            Some(&message),
+        )
+        .await;
+        assert_eq!(forwarded.status, 200, "{base}: {}", forwarded.body);
+        let proxied = (models.embed_calls(), models.chat_calls());
+        let receipt_id = headers["x-herma-receipt"]
+            .to_str()
+            .expect("text")
+            .to_owned();
+        let receipt = stored_receipt(base, key, &receipt_id).await;
+        calls.push([
+            (written.0 - before.0, written.1 - before.1),
+            (dry.0 - written.0, dry.1 - written.1),
+            (proxied.0 - dry.0, proxied.1 - dry.1),
+        ]);
+        answers.push((comparable(report, &ids), receipt));
+    }
+    assert_eq!(
+        calls[0], calls[1],
+        "model calls (embed, chat) per step, home and edge"
+    );
+    assert_eq!(calls[0][1], (0, 0), "a dry run calls no model");
+    assert_eq!(
+        calls[0][2],
+        (1, 1),
+        "a proxied turn embeds once and asks once"
+    );
+    let (home, edge) = (&answers[0], &answers[1]);
+    assert_same(&edge.0, &home.0, "dry run");
+    for field in ["action", "matched", "evaluation"] {
+        let strip = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(e) = v.get_mut("evaluation").and_then(Value::as_object_mut) {
+                // Each runtime's own timings.
+                e.retain(|name, _| !name.ends_with("_micros") && !name.ends_with("_ms"));
+            }
+            v[field].clone()
+        };
+        assert_eq!(strip(&edge.1), strip(&home.1), "receipt {field}");
+    }
+    let matched = home.1["matched"].to_string();
+    assert!(
+        matched.contains("sem") && matched.contains("micro"),
+        "{matched}"
+    );
 }
