@@ -149,8 +149,12 @@ const LOCAL_MODEL: &str = "the in-process embedding model (HERMA_EMBED_MODEL_DIR
 
 async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     let settings = settings(env)?;
-    let upstream: Arc<dyn herma_providers::Upstream> =
-        Arc::new(upstream::FetchUpstream::new(&settings));
+    let mut fetch = upstream::FetchUpstream::new(&settings);
+    // Tessera as a service binding: its records come from that Worker, not the network.
+    if let (Ok(binding), Some(base)) = (env.service("TESSERA"), settings.tessera_url.as_deref()) {
+        fetch = fetch.binding(base, binding);
+    }
+    let upstream: Arc<dyn herma_providers::Upstream> = Arc::new(fetch);
     // Tiers 2 and 3 on remote models only, over the platform's fetch.
     let tiers =
         herma_app::tiers::open_remote(&settings.tiers, upstream.clone(), Some(LOCAL_MODEL)).await;

@@ -5,6 +5,9 @@
 //! and each wait between body chunks are bounded, and dropping the body aborts the request —
 //! that is how a client that goes away cancels the upstream call. Error texts are the native
 //! client's fixed phrases; the platform's own message goes to the Worker's log only.
+//!
+//! A request for a base a service binding stands for (`TESSERA` for `HERMA_TESSERA_URL`) goes
+//! to that Worker through the binding instead of the network, under the same promises.
 
 use std::time::Duration;
 
@@ -15,13 +18,17 @@ use futures_util::future::{Either, select};
 use herma_core::settings::Settings;
 use herma_providers::{Upstream, UpstreamError, UpstreamRequest, UpstreamResponse};
 use worker::send::{SendFuture, SendWrapper};
-use worker::{AbortController, ByteStream, Fetch, Headers, Method, RequestInit, RequestRedirect};
+use worker::{
+    AbortController, ByteStream, Fetch, Fetcher, Headers, Method, RequestInit, RequestRedirect,
+};
 
 /// `fetch` with the settings' header and idle timeouts (the platform connects by itself).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct FetchUpstream {
     headers_timeout: Duration,
     idle_timeout: Duration,
+    /// Requests under this base go through this service binding.
+    bound: Option<(String, SendWrapper<Fetcher>)>,
 }
 
 impl FetchUpstream {
@@ -29,8 +36,41 @@ impl FetchUpstream {
         Self {
             headers_timeout: Duration::from_millis(settings.upstream_headers_timeout_ms),
             idle_timeout: Duration::from_millis(settings.upstream_idle_timeout_ms),
+            bound: None,
         }
     }
+
+    /// Sends what is addressed under `base` through `binding` (another Worker).
+    pub fn binding(mut self, base: &str, binding: Fetcher) -> Self {
+        self.bound = Some((
+            base.trim_end_matches('/').to_owned(),
+            SendWrapper::new(binding),
+        ));
+        self
+    }
+
+    /// The binding `url` goes through, if any: under the base itself or a path below it.
+    fn binding_for(&self, url: &str) -> Option<&Fetcher> {
+        let (base, binding) = self.bound.as_ref()?;
+        let rest = url.strip_prefix(base.as_str())?;
+        (rest.is_empty() || rest.starts_with('/') || rest.starts_with('?')).then_some(&**binding)
+    }
+}
+
+/// `outgoing` through the service binding `binding` (its `fetch`, as the platform defines it).
+async fn through(
+    binding: &Fetcher,
+    outgoing: &worker::Request,
+) -> worker::Result<worker::Response> {
+    use worker::wasm_bindgen::JsCast;
+    let target: &worker::wasm_bindgen::JsValue = binding.as_ref();
+    let fetch: worker::js_sys::Function =
+        worker::js_sys::Reflect::get(target, &"fetch".into())?.dyn_into()?;
+    let promise: worker::js_sys::Promise = fetch.call1(target, outgoing.inner())?.dyn_into()?;
+    let response: worker::web_sys::Response = worker::wasm_bindgen_futures::JsFuture::from(promise)
+        .await?
+        .dyn_into()?;
+    Ok(worker::Response::from(response))
 }
 
 /// Aborts the request when the body (or the failed send) is dropped.
@@ -70,8 +110,14 @@ impl FetchUpstream {
         let controller = AbortController::default();
         let signal = controller.signal();
         let abort = AbortOnDrop(Some(controller));
-        let fetch = Fetch::Request(outgoing);
-        let sent = std::pin::pin!(fetch.send_with_signal(&signal));
+        let binding = self.binding_for(&request.url);
+        let sent = async move {
+            match binding {
+                Some(binding) => through(binding, &outgoing).await,
+                None => Fetch::Request(outgoing).send_with_signal(&signal).await,
+            }
+        };
+        let sent = std::pin::pin!(sent);
         let waited = worker::Delay::from(self.headers_timeout);
         let mut response = match select(sent, waited).await {
             Either::Left((Ok(response), _)) => response,

@@ -144,7 +144,13 @@ fn migrate(state: &Path) {
 /// `wrangler dev --local` serving the built Worker on the local state `state`, once it answers
 /// `/healthz` from D1.
 async fn start_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
-    let worker = spawn_worker(vars, state);
+    start_workers(vars, state, &[]).await
+}
+
+/// [`start_worker`] with these wrangler configurations instead of the Worker's own (`wrangler
+/// dev` runs every one it is given, the first answering).
+async fn start_workers(vars: &[(&str, String)], state: &Path, configs: &[PathBuf]) -> Wrangler {
+    let worker = spawn_workers(vars, state, configs);
     let port = worker
         .base
         .rsplit(':')
@@ -172,11 +178,18 @@ async fn start_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
 
 /// `wrangler dev --local` starting the built Worker on the local state `state`.
 fn spawn_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
+    spawn_workers(vars, state, &[])
+}
+
+fn spawn_workers(vars: &[(&str, String)], state: &Path, configs: &[PathBuf]) -> Wrangler {
     let dir = worker_dir();
     let port = free_port();
     let mut cmd = wrangler(&dir);
-    cmd.process_group(0)
-        .args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
+    cmd.process_group(0).arg("dev");
+    for config in configs {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.args(["--local", "--ip", "127.0.0.1", "--port"])
         .arg(port.to_string())
         .arg("--inspector-port")
         .arg(free_port().to_string())
@@ -667,6 +680,23 @@ async fn h11_the_worker_on_d1_keeps_callers_apart_locks_built_ins_and_compares_v
             None,
         ),
         (200, Who::Alice, Method::GET, "/v1/provisions", None),
+        // Turns are off by default on both (and not served at the edge yet).
+        (
+            404,
+            Who::Alice,
+            Method::POST,
+            "/v1/conversations/turn",
+            Some(json!({
+            "conversation_id": "c1", "request_id": "r1", "expected_version": 0,
+            "message": "hello", "context_refs": ["deploy.checklist"], "provider": "meta"})),
+        ),
+        (
+            200,
+            Who::Alice,
+            Method::GET,
+            "/api/conversation-schema",
+            None,
+        ),
         // Stored rules fire for their own caller only.
         (
             200,
@@ -1067,5 +1097,184 @@ async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them
     assert!(
         matched.contains("sem") && matched.contains("micro"),
         "{matched}"
+    );
+}
+
+#[tokio::test]
+async fn h19_the_worker_syncs_tessera_starters_and_serves_them_only_with_their_governance_like_the_native_server()
+ {
+    use herma_core::governance::sha256_hex;
+    use herma_test_support::mock_tessera::{MockTessera, TOKEN};
+    const DOC: &[u8] = b"The deploy runbook, version 3.";
+    let tessera = MockTessera::start().await;
+    tessera.put_blob(&sha256_hex(DOC), DOC);
+    let governance = |status: &str, producer: &str| json!({"status": status, "producer": producer, "visibility_scope": "public"});
+    let starter = |id: &str, word: &str, governance: Value| {
+        json!({"uri": format!("tessera://records/starters/{id}"), "kind": "starter",
+            "version": 1, "governance": governance,
+            "provision": {"id": id, "action": "shim_context", "triggers": {"keywords": [word]},
+                "context_refs": ["noun.deploy"]}})
+    };
+    tessera.publish(vec![
+        json!({"uri": "tessera://records/nouns/deploy", "kind": "noun", "version": 1,
+            "governance": {"status": "verified", "producer": "tessera", "visibility_scope": "public",
+                "blobs": [format!("tessera://blobs/{}", sha256_hex(DOC))]},
+            "entry": {"id": "noun.deploy", "title": "Deploys",
+                "schema_or_body": "Deploys go through the release train."}}),
+        starter("t.verified", "alpha", governance("verified", "tessera")),
+        starter("t.quarantined", "bravo", governance("quarantined", "tessera")),
+        starter("t.untrusted", "charlie", governance("verified", "legacy-pack")),
+        json!({"uri": "tessera://records/starters/broken", "kind": "starter", "version": 1,
+            "governance": governance("verified", "tessera")}),
+        json!({"uri": "tessera://records/starters/odd", "kind": "spell", "version": 1}),
+    ]);
+    let mock = MockUpstream::start().await;
+    let mut vars = settings(&mock.url());
+    vars.push(("HERMA_TESSERA_URL", tessera.url()));
+    vars.push(("HERMA_TESSERA_TOKEN", TOKEN.to_owned()));
+    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let native_base = native.url("");
+    let worker = start_worker(&vars, &migrated_state()).await;
+
+    // The sync, twice (the second changes nothing), then what a routed caller gets.
+    for round in ["first", "again"] {
+        let (at_home, _) = call(
+            &native_base,
+            Method::POST,
+            "/v1/admin/tessera/sync",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+        let (at_edge, _) = call(
+            &worker.base,
+            Method::POST,
+            "/v1/admin/tessera/sync",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+        assert_eq!(at_home.status, 200, "{round}: {}", at_home.body);
+        assert_same(&at_edge, &at_home, &format!("{round} sync"));
+    }
+    let (home_key, home_id) = issued_key(&native_base, &["route"], "claude-code").await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &["route"], "claude-code").await;
+    let ids = [(home_id.as_str(), "KEY"), (edge_id.as_str(), "KEY")];
+    let mut decisions = Vec::new();
+    for word in ["alpha", "bravo", "charlie"] {
+        let body = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
+            "messages": [{"role": "user", "content": word}]}});
+        let home_key = Some((home_key.as_str(), Some("claude-code")));
+        let edge_key = Some((edge_key.as_str(), Some("claude-code")));
+        let (at_home, _) = call_as(
+            &native_base,
+            Method::POST,
+            "/v1/dry-run",
+            home_key,
+            Some(&body),
+        )
+        .await;
+        let (at_edge, _) = call_as(
+            &worker.base,
+            Method::POST,
+            "/v1/dry-run",
+            edge_key,
+            Some(&body),
+        )
+        .await;
+        assert_eq!(at_home.status, 200, "{word}: {}", at_home.body);
+        let (at_home, at_edge) = (comparable(at_home, &ids), comparable(at_edge, &ids));
+        assert_same(&at_edge, &at_home, word);
+        let report: Value = serde_json::from_str(&at_home.body).expect("json");
+        decisions.push(report["decision"].as_str().unwrap_or_default().to_owned());
+    }
+    // Only the verified starter from a trusted producer is served.
+    assert_eq!(decisions, ["shim_context", "forward", "forward"]);
+}
+
+#[tokio::test]
+async fn the_worker_reads_tessera_through_its_service_binding() {
+    use herma_test_support::mock_tessera::{MockTessera, TOKEN};
+    let tessera = MockTessera::start().await;
+    tessera.publish(vec![
+        json!({"uri": "tessera://records/starters/t.bound", "kind": "starter",
+        "version": 1, "governance": {"status": "verified", "producer": "tessera",
+            "visibility_scope": "public"},
+        "provision": {"id": "t.bound", "action": "respond_directly", "priority": -10,
+            "triggers": {"keywords": ["bound"]}, "response": {"text": "through the binding"}}}),
+    ]);
+    // The Tessera Worker: a one-line Worker passing each request on to the mock.
+    let dir = worker_dir();
+    let configs = tempfile::tempdir().expect("tempdir").keep();
+    std::fs::write(
+        configs.join("tessera.js"),
+        "export default { fetch(request, env) { const url = new URL(request.url); \
+         return fetch(env.MOCK + url.pathname + url.search, request); } };\n",
+    )
+    .expect("write");
+    std::fs::write(
+        configs.join("tessera.toml"),
+        format!(
+            "name = \"tessera\"\nmain = \"{}\"\ncompatibility_date = \"2025-09-01\"\n\
+             [vars]\nMOCK = \"{}\"\n",
+            configs.join("tessera.js").display(),
+            tessera.url()
+        ),
+    )
+    .expect("write");
+    // Herma's configuration with the binding added (paths made absolute).
+    let herma = std::fs::read_to_string(dir.join("wrangler.toml"))
+        .expect("wrangler.toml")
+        .replace(
+            "\"build/index.js\"",
+            &format!("\"{}\"", dir.join("build/index.js").display()),
+        )
+        .replace(
+            "\"migrations\"",
+            &format!("\"{}\"", dir.join("migrations").display()),
+        );
+    std::fs::write(
+        configs.join("herma.toml"),
+        format!("{herma}\n[[services]]\nbinding = \"TESSERA\"\nservice = \"tessera\"\n"),
+    )
+    .expect("write");
+
+    // Herma's Tessera is a name nothing answers on: only the binding reaches it.
+    let mut vars = settings("http://127.0.0.1:9");
+    vars.push(("HERMA_TESSERA_URL", "https://tessera.invalid".to_owned()));
+    vars.push(("HERMA_TESSERA_TOKEN", TOKEN.to_owned()));
+    let worker = start_workers(
+        &vars,
+        &migrated_state(),
+        &[configs.join("herma.toml"), configs.join("tessera.toml")],
+    )
+    .await;
+    let (synced, _) = call(
+        &worker.base,
+        Method::POST,
+        "/v1/admin/tessera/sync",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(synced.status, 200, "{}", synced.body);
+    let report: Value = serde_json::from_str(&synced.body).expect("json");
+    assert_eq!(report["created"], 1, "{report}");
+    let (key, _) = issued_key(&worker.base, &["route"], "claude-code").await;
+    let body = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "bound"}]}});
+    let (report, _) = call_as(
+        &worker.base,
+        Method::POST,
+        "/v1/dry-run",
+        Some((key.as_str(), Some("claude-code"))),
+        Some(&body),
+    )
+    .await;
+    assert!(
+        report.body.contains("through the binding"),
+        "{}",
+        report.body
     );
 }
