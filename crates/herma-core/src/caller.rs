@@ -114,6 +114,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn caller_scopes_parse() {
         let id = KeyId::parse("0123456789abcdef").unwrap();
         assert_eq!(CallerScope::for_key(&id).as_str(), "key:0123456789abcdef");
@@ -129,6 +130,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn ids_are_url_safe() {
         for good in [
             "a",
@@ -145,6 +147,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn harness_names() {
         assert_eq!(harness_problem("claude-code"), None);
         assert_eq!(harness_problem("codex"), None);

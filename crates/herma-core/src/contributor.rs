@@ -31,6 +31,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h03_contributor_ids_are_refused_in_any_case_after_any_separator() {
         for model in [
             "contributor",
@@ -51,6 +52,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn ordinary_models_pass() {
         for model in [
             "gpt-5",

@@ -209,6 +209,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn when_tier_2_may_run() {
         let local = identity(false);
         let remote = identity(true);
@@ -242,6 +243,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn what_is_decided_before_a_classifier_call() {
         let refused = Some("model `tiny-Contributor-1` is contributor tier");
         /// The model asked for, the mode, whether a classifier is configured, and the
@@ -320,6 +322,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn views_name_the_rule_its_texts_and_whether_it_activates() {
         let rules = rules();
         let score = SemanticScore {

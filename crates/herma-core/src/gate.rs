@@ -212,6 +212,7 @@ mod tests {
     use crate::key::KeyMaterial;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h02_built_in_writes_need_admin_configure_and_the_harness() {
         let m = Requirement::ManageBuiltins;
         let full = key_principal(&[Scope::Admin, Scope::Configure], Some("claude-code"));
@@ -247,6 +248,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h01_browser_navigation_is_refused() {
         for (mode, dest) in [
             (Some("navigate"), None),
@@ -274,6 +276,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h01_cookie_only_authentication_is_refused() {
         let req = GateRequest {
             has_cookie: true,
@@ -286,6 +289,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn credentials_come_from_bearer_or_x_api_key() {
         let m = KeyMaterial::from_random([1; 8], [2; 32]);
         let bearer = format!("Bearer {}", m.key);
@@ -312,6 +316,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bad_credentials_are_unauthorized() {
         let m = KeyMaterial::from_random([1; 8], [2; 32]);
         let other = KeyMaterial::from_random([3; 8], [2; 32]);
@@ -346,6 +351,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h02_configure_needs_scope_and_matching_harness() {
         let configure = key_principal(&[Scope::Route, Scope::Configure], Some("claude-code"));
         assert!(authorize(&configure, Requirement::Configure, Some("claude-code")).is_ok());
@@ -372,6 +378,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h11_admin_needs_bootstrap_or_admin_scope() {
         assert!(authorize(&Principal::Bootstrap, Requirement::Admin, None).is_ok());
         assert!(
@@ -401,6 +408,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h08_edge_secret_is_checked_when_set() {
         let secret = Secret::new("edge-secret-of-sufficient-length");
         assert!(check_edge(None, None).is_ok());

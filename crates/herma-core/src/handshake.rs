@@ -96,6 +96,7 @@ mod tests {
     use crate::model::ContextKind;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h07_max_chars_is_clamped_to_the_ceiling_whatever_the_caller_asks() {
         assert_eq!(clamp_max_chars(None, 4000), 4000);
         assert_eq!(clamp_max_chars(Some(1_000_000), 4000), 4000);
@@ -104,6 +105,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bodies_over_the_limit_are_cut_and_the_cut_recorded() {
         let mut entry = ContextEntrySpec {
             id: "n".into(),
@@ -124,6 +126,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn remotes_must_be_allowed_hosts() {
         let allowed = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
         assert!(check_remote("http://127.0.0.1:7731", &allowed).is_ok());

@@ -387,12 +387,14 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn accepts_ordinary_json() {
         let value = parse_strict(br#"{"a": [1, 2.5, "x", null, true, {"b": {}}]}"#).unwrap();
         assert_eq!(value["a"][5]["b"], Value::Object(Map::new()));
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn duplicate_keys_are_invalid_json_with_pointer() {
         let err = parse_strict(br#"{"a": {"b": 1, "b": 2}}"#).unwrap_err();
         assert_eq!(err.code, ProblemCode::InvalidJson);
@@ -401,12 +403,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn duplicate_keys_inside_arrays_are_found() {
         let err = parse_strict(br#"[{"x": 1}, {"y": 1, "y": 1}]"#).unwrap_err();
         assert_eq!(err.errors[0].pointer, "/1/y");
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn depth_limit_is_32() {
         let ok = format!("{}{}", "[".repeat(32), "]".repeat(32));
         assert!(parse_strict(ok.as_bytes()).is_ok());
@@ -417,6 +421,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn very_deep_input_is_refused_without_overflow() {
         let deep = "[".repeat(100_000);
         assert_eq!(
@@ -426,6 +431,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn syntax_errors_and_trailing_garbage_are_invalid_json() {
         for body in [
             &b""[..],
@@ -456,6 +462,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn decode_names_unknown_fields_by_pointer() {
         let err =
             from_slice::<Outer>(br#"{"name":"a","inner":[{"count":1},{"count":2,"extra":1}]}"#)
@@ -466,6 +473,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_member_name_with_backticks_is_named_whole() {
         // Found by the `strict_json` fuzz target: the name was cut at its first backtick and
         // the pointer named a member that does not exist (`/a`b/a`).
@@ -479,6 +487,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn an_unknown_value_with_backticks_is_quoted_whole() {
         #[derive(Debug, Deserialize)]
         #[serde(rename_all = "snake_case")]
@@ -494,6 +503,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn decode_names_wrong_types_and_missing_fields() {
         let err = from_slice::<Outer>(br#"{"name":"a","inner":[{"count":"7"}]}"#).unwrap_err();
         assert_eq!(err.errors[0].pointer, "/inner/0/count");
@@ -504,6 +514,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn structs_are_never_read_from_arrays() {
         let err = from_slice::<Outer>(br#"["a", []]"#).unwrap_err();
         assert_eq!(err.errors[0].pointer, "");
@@ -517,6 +528,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn numbers_are_not_coerced() {
         for body in [
             &br#"{"name":"a","inner":[{"count":1.5}]}"#[..],
@@ -535,11 +547,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn pointer_segments_are_escaped() {
         let err = parse_strict(br#"{"a/b~c": {"k": 1, "k": 1}}"#).unwrap_err();
         assert_eq!(err.errors[0].pointer, "/a~1b~0c/k");
     }
 
+    // Native only: proptest forks and times out with processes.
+    #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {

@@ -272,6 +272,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn minted_keys_parse_and_verify() {
         let m = material();
         assert!(m.key.starts_with("hmk_abababababababab_"));
@@ -282,6 +283,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_changed_secret_does_not_verify() {
         let m = material();
         let mut other = m.key.clone();
@@ -292,6 +294,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn malformed_keys_do_not_parse() {
         let good = material().key;
         let cases = [
@@ -313,6 +316,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn digests_round_trip_through_hex() {
         let m = material();
         let hex = m.digest.to_hex();
@@ -322,6 +326,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn debug_never_shows_secrets() {
         let m = material();
         let shown = format!(
@@ -333,6 +338,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn scope_lists_parse_strictly() {
         let scopes = Scopes::parse_list("configure, route,route", "/scopes").unwrap();
         assert_eq!(scopes.to_list(), "route,configure");

@@ -356,6 +356,7 @@ mod tests {
     use crate::time::Timestamp;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn every_pattern_compiles() {
         for pattern in [
             &*TESSERA_URI,
@@ -371,6 +372,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn all_five_kinds_are_extracted_deterministically() {
         let paths = vec!["src/lib.rs".to_owned()];
         let user = "Use `Envelope::from_request` and parse_body() in RuleSet; see tessera://nouns/billing and sc-us-17-107.";
@@ -409,6 +411,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn error_signatures_cover_common_toolchains() {
         let text = "error[E0599]: no method\nsrc/a.ts(3,1): error TS2345: bad\nError: ENOENT: no such file\nthread 'main' panicked at src/x.rs\ntest result: FAILED. 1 passed; 2 failed\nSegmentation fault (core dumped)";
         assert_eq!(
@@ -426,6 +429,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn project_tags_come_from_the_header_or_the_working_directory() {
         assert_eq!(project_tag(Some("billing-api"), None), "billing-api");
         assert_eq!(
@@ -450,6 +454,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn frequent_entities_become_valid_candidate_provisions() {
         let entities = vec![
             entity(EntityKind::ErrorSignature, "rust:E0308", 5),

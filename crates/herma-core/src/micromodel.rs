@@ -201,6 +201,7 @@ mod tests {
     use crate::model::Unit;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h16_micromodel_requires_typed_decision() {
         assert_eq!(
             parse_decision(r#" {"apply": true, "confidence": 0.8} "#),
@@ -246,6 +247,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h16_malformed_model_reply_does_not_activate_fallback() {
         let fallback = trigger(FailurePolicy::Fallback);
         let malformed = Outcome::Malformed("x".into());
@@ -289,6 +291,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_prompt_bounds_the_request_and_fences_it() {
         let long = "x".repeat(MAX_CLASSIFIED_CHARS + 50);
         let r = classifier_request("m", "Is it about deploys?", &long);
@@ -298,6 +301,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h03_contributor_classifiers_are_refused_before_the_call_and_the_fallback() {
         let classifier = Counting(Default::default());
         let fallback = trigger(FailurePolicy::Fallback);

@@ -97,6 +97,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn decimals_parse_exactly() {
         for (raw, micros) in [
             ("2.01", 2_010_000),
@@ -112,6 +113,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn other_number_forms_are_refused() {
         for raw in [
             "",
@@ -143,6 +145,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn micros_format_back_to_their_decimal() {
         for micros in [0, 1, 10, 2_010_000, 2_000_000, 123_456_789] {
             assert_eq!(parse_usd_micros(&format_micros(micros)), Ok(micros));
@@ -151,6 +154,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn ceilings_round_up_to_the_next_microdollar() {
         let tariff = Tariff {
             input_picos_per_token: 1_250_000,

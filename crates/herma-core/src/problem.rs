@@ -230,6 +230,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn codes_are_unique_and_snake_case() {
         let mut seen = std::collections::BTreeSet::new();
         for code in ProblemCode::ALL {
@@ -245,6 +246,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn version_conflict_body_carries_both_versions() {
         let body = Problem::version_conflict(3, Some(5)).to_body(409);
         assert_eq!(body["type"], "https://herma.dev/problems/version_conflict");
@@ -255,6 +257,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn extensions_never_override_standard_members() {
         let body = Problem::new(ProblemCode::NotFound, "x")
             .with("type", "evil")

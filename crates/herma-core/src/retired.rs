@@ -61,6 +61,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn finds_whole_words_in_any_case() {
         let text = "Old-Pack notes: see old-pack, OLD-PACK. Not oldpack, old-packs or my_old-pack.";
         let offsets: Vec<_> = find(text, &["old-pack"]).iter().map(|m| m.offset).collect();
@@ -68,6 +69,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn names_with_spaces_and_several_names() {
         let found = find(
             "the Legacy Kit and alpha.v1 ship",
@@ -78,6 +80,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn non_ascii_text_is_scanned_safely() {
         assert_eq!(find("žluťoučký kůň — kit", &["kit"]).len(), 1);
         assert!(find("", &["kit"]).is_empty());
@@ -86,6 +89,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_list_is_well_formed() {
         for name in RETIRED_PACK_NAMES {
             assert!(!name.trim().is_empty() && name.trim() == *name, "`{name}`");

@@ -26,6 +26,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_secret_never_prints_its_value() {
         let secret = Secret::new("hunter2-hunter2");
         assert_eq!(format!("{secret:?}"), "[redacted]");

@@ -354,6 +354,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_best_example_must_reach_the_threshold_and_beat_negatives_by_the_margin() {
         let t = trigger(0.5, 0.1);
         let close = RuleVectors {
@@ -381,6 +382,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_eight_bit_scan_reports_exact_scores_of_near_best_examples() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut random = || {
@@ -424,6 +426,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn vectors_of_another_size_are_never_compared() {
         let t = trigger(0.0, 0.0);
         let wrong = RuleVectors {
@@ -436,6 +439,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_cache_evicts_the_least_recently_used() {
         let mut cache = VectorCache::new(2);
         let key = VectorCache::key;
@@ -454,6 +458,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn dot_and_normalize() {
         let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
         let expected: f32 = a.iter().map(|x| x * x).sum();

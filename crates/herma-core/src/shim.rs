@@ -160,6 +160,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h09_blocks_are_grouped_by_kind_and_bounded() {
         let verb = entry("deploy", ContextKind::Verb, "Run migrations first.");
         let noun = entry("svc", ContextKind::Noun, "The billing service.");
@@ -194,6 +195,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn each_entry_block_names_its_uri_governed_first() {
         let mut own = entry("svc", ContextKind::Noun, "The billing service.");
         own.spec.uri = Some("https://wiki.example.com/billing".into());
@@ -221,6 +223,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn over_budget_entries_are_cut_then_left_out_and_recorded() {
         let long = entry("long", ContextKind::Verb, &"x".repeat(500));
         let next = entry("next", ContextKind::Verb, "y");

@@ -206,6 +206,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn starters_become_governed_provisions_with_their_blob_digests() {
         let r = record(
             "starter",
@@ -234,6 +235,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn nouns_and_verbs_become_governed_context_entries() {
         let r = record(
             "noun",
@@ -248,6 +250,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn malformed_records_are_refused_with_the_reason() {
         let bad_provision = record(
             "starter",

@@ -121,6 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn formats_and_parses_rfc3339() {
         let t = Timestamp::from_millis(1_796_029_200_123);
         let text = t.to_rfc3339();
@@ -130,6 +131,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn epoch_is_formatted() {
         assert_eq!(
             Timestamp::from_millis(0).to_rfc3339(),

@@ -395,6 +395,7 @@ pub fn connection_tokens(value: &str) -> Vec<String> {
 mod tests {
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn two_different_upstreams_or_keys_are_refused_and_one_repeated_is_one() {
         let base = |pairs: &[(&'static str, &'static str)]| {
             one_header_value(pairs.iter().copied(), &BASE_URL_HEADERS)
@@ -463,6 +464,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bases_with_and_without_v1_reach_the_same_path() {
         for base in [
             "http://localhost:11434",
@@ -494,6 +496,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_operator_key_goes_only_to_its_origin() {
         let own = resolve(&settings(), &ask(Protocol::Messages, None, None)).unwrap();
         assert_eq!(own.url, "https://api.anthropic.com/v1/messages");
@@ -538,6 +541,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn hosts_off_the_allowlist_are_refused() {
         for base in [
             "https://evil.example",
@@ -573,6 +577,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn host_names_are_normalized_before_the_allowlist() {
         for (raw, normal) in [
             ("localhost", Some("localhost")),
@@ -630,6 +635,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_loopback_name_must_resolve_only_to_loopback() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         for (host, addresses, kept) in [
@@ -656,6 +662,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_herma_key_is_never_accepted_as_the_upstream_key() {
         let err = resolve(
             &settings(),
@@ -670,6 +677,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_paused_provider_blocks_only_the_operator_key() {
         let mut s = settings();
         s.disabled_providers = vec![Provider::Anthropic];
@@ -687,6 +695,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn herma_credentials_and_hop_by_hop_headers_never_go_upstream() {
         for name in [
             "authorization",

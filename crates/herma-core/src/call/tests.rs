@@ -27,6 +27,7 @@ fn request(
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_support_matrix_refuses_before_any_network_access() {
     let tool = ToolSpec {
         name: "extract".into(),
@@ -96,6 +97,7 @@ fn the_support_matrix_refuses_before_any_network_access() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn requests_carry_controls_in_each_wire_format() {
     let tool = ToolSpec {
         name: "extract".into(),

@@ -152,6 +152,7 @@ mod tests {
     };
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn every_outcome_has_its_decision_with_plain_permissions() {
         for outcome in AttemptOutcome::ALL {
             let expected = match outcome.as_str() {
@@ -174,6 +175,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn unknown_outcomes_need_both_halves_of_the_uncertainty_grant() {
         for outcome in [
             AttemptOutcome::ProviderOutcomeUncertain,
@@ -200,6 +202,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn halts_stop_even_under_every_permission() {
         let all = Permissions {
             allow_failover: true,
@@ -218,6 +221,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_provider_budget_denial_advances_only_to_an_independent_budget() {
         let denied = StepEnd::Attempt(AttemptOutcome::ProviderBudgetDenied);
         assert_eq!(after_step(denied, OPEN, BUDGETED), ADVANCE);
@@ -231,6 +235,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn no_next_choice_or_no_failover_stops() {
         let rejected = StepEnd::Attempt(AttemptOutcome::ProviderRejected);
         assert_eq!(after_step(rejected, OPEN, None), Failover::Stop);
@@ -245,6 +250,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h17_uncertainty_grant_defaults_off_and_a_plan_cannot_supply_it() {
         use super::super::grants::Grants;
         use super::super::plan::{PlanEntry, admit_plan_turn};
@@ -313,6 +319,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn failover_parity_fixtures_hold() {
         let fixture = crate::json::parse_strict(
             include_str!("../../../../parity/conversation_failover.json").as_bytes(),

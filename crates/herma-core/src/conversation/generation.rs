@@ -122,6 +122,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn native_settings_survive() {
         for (provider, raw) in [
             (
@@ -148,6 +149,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn what_herma_owns_cannot_be_replaced() {
         for (provider, raw, member) in [
             (Provider::Meta, r#"{"model":"x"}"#, "model"),
@@ -185,6 +187,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn what_a_turn_cannot_account_for_is_unsupported() {
         for (provider, raw, member) in [
             (Provider::Meta, r#"{"n":2}"#, "n"),

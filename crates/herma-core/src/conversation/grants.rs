@@ -259,6 +259,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h17_direct_turns_need_the_callers_own_exact_grant() {
         let grants = Grants::parse(Some(&format!(
             r#"[{{"caller_scope":"{A}","providers":[{{"provider":"meta","model":"muse-spark-1.3"}},
@@ -315,6 +316,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn invalid_grants_fail_closed_naming_the_member() {
         let meta_choice = r#"{"provider":"meta","model":"m"}"#;
         for (raw, pointer) in [
@@ -400,6 +402,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn h03_contributor_models_in_grants_are_refused_first() {
         // Also invalid in other ways: the contributor check still comes first.
         let raw = r#"[{"caller_scope":"*","providers":[{"provider":"meta","model":"muse-spark-1.3-Contributor"}]}]"#;

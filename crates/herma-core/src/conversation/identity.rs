@@ -124,6 +124,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn direct_providers_are_their_own_vendor() {
         for (provider, model, identity) in [
             (Provider::Meta, "muse-spark-1.3", "meta/muse-spark-1-3"),
@@ -154,6 +155,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn openrouter_uses_the_author_prefix_through_the_alias_table() {
         for (model, identity) in [
             ("openai/gpt-x", "openai/gpt-x"),
@@ -180,6 +182,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn ollama_keeps_its_own_vendor_even_for_a_known_authors_model() {
         assert_eq!(
             upstream_identity(Provider::Ollama, "gpt-oss:120b"),
@@ -192,6 +195,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn one_model_has_one_identity_through_every_route() {
         let direct = upstream_identity(Provider::Openai, "gpt-x-2025-01-31");
         for (provider, model) in [
@@ -207,6 +211,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn only_real_dates_and_whole_suffixes_fold() {
         for (model, identity) in [
             // Not a date: month 13, day 00, year 1999, seven digits.
@@ -236,6 +241,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn identity_parity_fixtures_hold() {
         let fixture = crate::json::parse_strict(
             include_str!("../../../../parity/conversation_identities.json").as_bytes(),

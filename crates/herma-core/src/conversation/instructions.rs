@@ -47,6 +47,7 @@ mod tests {
     use crate::conversation::contract::CATEGORIES;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn every_category_has_guidance_and_nothing_else_does() {
         let guided: Vec<&str> = CATEGORY_GUIDANCE.iter().map(|(id, _)| *id).collect();
         assert_eq!(guided, CATEGORIES);

@@ -56,6 +56,7 @@ fn spelled(config: &ProviderConfig) -> Value {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn settings_fixtures_resolve_as_stated() {
     let fixtures = fixtures();
     let cases = fixtures["settings"].as_array().expect("settings");
@@ -83,6 +84,7 @@ fn settings_fixtures_resolve_as_stated() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn admission_fixtures_hold_exactly_at_the_ceiling() {
     let fixtures = fixtures();
     for case in fixtures["admission"].as_array().expect("admission") {

@@ -109,6 +109,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_turn_schema_names_exactly_the_body_fields() {
         let body: TurnBody = crate::json::from_slice(
             br#"{"conversation_id":"c","request_id":"r","expected_version":0,"message":"m","context_refs":[],"provider":"meta","provider_plan_ref":"p"}"#,
@@ -121,6 +122,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_contract_schema_names_exactly_the_contract_fields() {
         let contract = json!({"operation_id":"op","category_id":"planning","description":"d","input_schema":{"type":"object","properties":{},"additionalProperties":false}});
         assert!(crate::conversation::contract::parse_work_contract(&contract).is_ok());

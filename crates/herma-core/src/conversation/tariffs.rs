@@ -47,6 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn spark_and_wonder_prices_are_exact() {
         let spark = meta("muse-spark-1.3").unwrap();
         assert_eq!(spark.input_picos_per_token, 1_250_000, "$1.25 per million");
@@ -60,6 +61,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn unknown_and_near_miss_models_have_no_tariff() {
         for model in [
             "muse-spark",

@@ -398,6 +398,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn one_valid_call_is_ready_and_nothing_is_coerced() {
         let contracts = [contract()];
         let ready = interpret(
@@ -425,6 +426,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn text_unknown_tools_several_calls_and_bad_json() {
         let contracts = [contract()];
         let cases: [(&str, Vec<ProposedCall>, &str); 5] = [
@@ -454,6 +456,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bodies_are_validated_field_by_field() {
         let body = TurnBody {
             conversation_id: "".into(),
@@ -479,6 +482,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_digest_and_fingerprint_follow_every_input() {
         let body: TurnBody = crate::json::from_slice(
             br#"{"conversation_id":"c","request_id":"r","expected_version":0,"message":"hi","context_refs":["w"],"provider":"meta"}"#,
@@ -512,6 +516,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_model_input_carries_guidance_context_transcript_and_one_tool_per_contract() {
         let reference = TurnContext {
             id: "team.policy".into(),

@@ -128,6 +128,7 @@ fn ids(set: &RuleSet, rules: &[usize]) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h06_engine_short_circuits_micromodel_when_keyword_matches() {
     let set = set(&[
         Rule {
@@ -180,6 +181,7 @@ fn h06_engine_short_circuits_micromodel_when_keyword_matches() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn all_rules_need_every_configured_tier_in_order() {
     let set = set(&[Rule {
         mode: TriggerMode::All,
@@ -227,6 +229,7 @@ fn all_rules_need_every_configured_tier_in_order() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_settled_direct_answer_spares_every_lower_rule_its_tiers_2_and_3() {
     let set = set(&[
         Rule {
@@ -266,6 +269,7 @@ fn a_settled_direct_answer_spares_every_lower_rule_its_tiers_2_and_3() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn without_later_tiers_the_engine_agrees_with_tier_one_alone() {
     let s = set(&[
         Rule {

@@ -28,6 +28,7 @@ type Case = (
 );
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h12_governance_lens_blob_sha256_integrity_and_visibility() {
     let caller = CallerScope::parse("key:0123456789abcdef").unwrap();
     let cohorts = vec!["platform".to_owned()];
@@ -201,6 +202,7 @@ fn h12_governance_lens_blob_sha256_integrity_and_visibility() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h18_governance_lens_trusts_the_same_producer_surfaces() {
     let caller = CallerScope::system_builtin();
     let who = Requester {
@@ -235,6 +237,7 @@ fn h18_governance_lens_trusts_the_same_producer_surfaces() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn blobs_verify_against_their_digest() {
     assert_eq!(verify_blob(&hello_uri(), HELLO), Ok(()));
     assert_eq!(
@@ -252,6 +255,7 @@ fn blobs_verify_against_their_digest() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn refusals_say_why() {
     let caller = CallerScope::system_builtin();
     let who = Requester {
@@ -277,6 +281,7 @@ fn refusals_say_why() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn governance_is_strict_on_input() {
     let bad = serde_json::json!({"status": "verified", "producer": "herma", "visibility_scope": "public", "trust_me": true});
     assert!(serde_json::from_value::<FabricGovernance>(bad).is_err());
@@ -287,6 +292,7 @@ fn governance_is_strict_on_input() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn admit_anyone_judges_everything_but_the_requester() {
     let mut g = governance();
     g.visibility_scope = "callers".into();

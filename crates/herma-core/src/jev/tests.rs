@@ -52,11 +52,13 @@ fn base_prepared() -> PreparedDecision {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn fixture_tolerance_is_the_adapters() {
     assert_eq!(fixture()["tolerance"].as_f64(), Some(TOLERANCE));
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn preparation_gives_the_fixtures_exact_bytes_and_attempt_record() {
     let f = fixture();
     let prepared = base_prepared();
@@ -72,6 +74,7 @@ fn preparation_gives_the_fixtures_exact_bytes_and_attempt_record() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn attempt_id_is_stable_for_the_same_inputs_and_differs_when_any_changes() {
     let f = fixture();
     let base = &f["prepare"];
@@ -97,6 +100,7 @@ fn attempt_id_is_stable_for_the_same_inputs_and_differs_when_any_changes() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn preparation_refusals_name_every_field() {
     let f = fixture();
     let base = &f["prepare"];
@@ -118,6 +122,7 @@ fn preparation_refusals_name_every_field() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn every_fixture_reply_is_accepted_or_refused_as_it_says() {
     let f = fixture();
     let prepared = base_prepared();
@@ -146,6 +151,7 @@ fn every_fixture_reply_is_accepted_or_refused_as_it_says() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_fixture_exercises_every_rule() {
     let f = fixture();
     let exercised: BTreeSet<&str> = f["replies"]
@@ -171,6 +177,7 @@ fn the_fixture_exercises_every_rule() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn rule_codes_are_unique_snake_case_and_serialize_as_themselves() {
     let mut seen = BTreeSet::new();
     for rule in ReplyRule::ALL {
@@ -185,6 +192,7 @@ fn rule_codes_are_unique_snake_case_and_serialize_as_themselves() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_decision_is_labelled_worker_reported_evidence() {
     let f = fixture();
     let reply = f["replies"][0]["reply"].as_str().unwrap();
@@ -200,6 +208,7 @@ fn a_decision_is_labelled_worker_reported_evidence() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_refusal_becomes_a_problem_naming_question_and_rule() {
     let refusal = ReplyRefusal {
         question: Some("urgency".into()),
@@ -218,6 +227,7 @@ fn a_refusal_becomes_a_problem_naming_question_and_rule() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn state_nesting_is_bounded_like_every_json_herma_reads() {
     let f = fixture();
     let nested = |depth: usize| (1..depth).fold(json!({}), |inner, _| json!({ "a": inner }));
@@ -235,6 +245,7 @@ fn state_nesting_is_bounded_like_every_json_herma_reads() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_url_is_the_fixed_origin_and_path() {
     assert_eq!(SYSTEMONE_URL, format!("{ORIGIN}{SYSTEMONE_PATH}"));
     let url = url::Url::parse(SYSTEMONE_URL).unwrap();
@@ -246,6 +257,7 @@ fn the_url_is_the_fixed_origin_and_path() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn jev_cannot_be_a_provider_plan_choice() {
     for name in [
         "jev",
@@ -283,6 +295,7 @@ fn doc_block(info: &str) -> &'static str {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_documented_example_is_the_fixtures_and_is_accepted() {
     let prepared = base_prepared();
     let request = parse_strict(doc_block("json request").as_bytes()).unwrap();

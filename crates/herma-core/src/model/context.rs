@@ -178,6 +178,7 @@ mod tests {
     use crate::json::from_slice;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn text_and_object_bodies_are_accepted() {
         for body in [
             r#""Never deploy on Fridays""#,
@@ -191,6 +192,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_bad_work_contract_is_refused_at_its_offending_node() {
         let spec: ContextEntrySpec = from_slice(
             br#"{"id":"a","kind":"verb","schema_or_body":{"work_contract":{"operation_id":"x","category_id":"review","description":"d","input_schema":{"type":"object","properties":{"when":{"type":"date"}},"additionalProperties":false},"extra":1}}}"#,
@@ -213,6 +215,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn other_bodies_and_kinds_are_refused() {
         let spec: ContextEntrySpec =
             from_slice(br#"{"id":"a","kind":"noun","schema_or_body":[1]}"#).unwrap();
@@ -232,6 +235,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn provider_plans_are_checked_on_write_without_grants() {
         let pointers = |p: &crate::problem::Problem| -> Vec<String> {
             p.errors.iter().map(|e| e.pointer.clone()).collect()

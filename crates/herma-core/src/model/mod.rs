@@ -92,6 +92,7 @@ mod tests {
     use super::unprintable;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn control_and_bidirectional_characters_are_unprintable() {
         for text in [
             "\u{1b}[2J",

@@ -476,6 +476,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_valid_shim_provision() {
         let p = spec(
             r#"{"id":"deploy.checklist","action":"shim_context",
@@ -488,6 +489,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn unknown_fields_are_refused_by_pointer() {
         let err = from_slice::<ProvisionSpec>(
             br#"{"id":"a","action":"shim_context","triggers":{"keyword":["x"]},"context_refs":["a"]}"#,
@@ -497,6 +499,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn every_violation_is_reported() {
         let p = spec(
             r#"{"id":"bad id","action":"respond_directly",
@@ -523,6 +526,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn oversized_regexes_are_refused() {
         let p = ProvisionSpec {
             triggers: Triggers {
@@ -543,6 +547,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn triggers_are_required() {
         let p = spec(
             r#"{"id":"a","action":"respond_directly","triggers":{},"response":{"text":"hi"}}"#,

@@ -243,6 +243,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn digest_is_stable_and_sensitive() {
         let a = body().seal("r1".into());
         assert_eq!(a.sha256.len(), 64);
@@ -254,6 +255,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn receipts_round_trip_through_json() {
         let r = body().seal("r1".into());
         let text = serde_json::to_string(&r).unwrap();

@@ -81,6 +81,7 @@ fn matched_ids(set: &RuleSet, env: &Envelope) -> Vec<(String, String)> {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h04_tier1_keyword_regex_path_and_tool_triggers_match_deterministically() {
     let set = RuleSet::compile([
         provision(
@@ -150,6 +151,7 @@ fn h04_tier1_keyword_regex_path_and_tool_triggers_match_deterministically() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn keywords_are_case_insensitive_on_word_boundaries() {
     let set = RuleSet::compile([
         provision(
@@ -202,6 +204,7 @@ fn keywords_are_case_insensitive_on_word_boundaries() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn overlapping_keywords_of_different_rules_all_fire() {
     let set = RuleSet::compile([
         provision(
@@ -234,6 +237,7 @@ fn overlapping_keywords_of_different_rules_all_fire() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn all_mode_needs_every_configured_kind() {
     let both = Triggers {
         keywords: vec!["terraform".into()],
@@ -266,6 +270,7 @@ fn all_mode_needs_every_configured_kind() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn order_is_priority_then_id_and_decide_follows_the_first() {
     let direct = provision(
         "direct",
@@ -324,6 +329,7 @@ fn order_is_priority_then_id_and_decide_follows_the_first() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn disabled_provisions_never_fire_and_globs_respect_separators() {
     let (mut p, b) = provision(
         "off",
@@ -353,6 +359,7 @@ fn disabled_provisions_never_fire_and_globs_respect_separators() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn required_literals_skip_wildcards_classes_and_alternations() {
     assert_eq!(
         required_literal("**/module7/*.rs").as_deref(),
@@ -367,6 +374,7 @@ fn required_literals_skip_wildcards_classes_and_alternations() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn prefiltered_globs_match_like_plain_globs() {
     let globs = [
         "**/*.tf",

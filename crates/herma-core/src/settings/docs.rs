@@ -73,9 +73,9 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_readme_shows_the_declared_settings() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let readme = std::fs::read_to_string(path).unwrap();
+        let readme = include_str!("../../../../README.md");
         let expected = markdown();
         assert!(
             readme.contains(&expected),
@@ -85,6 +85,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_family_is_one_row_and_its_members_are_named() {
         let text = markdown();
         assert!(
@@ -104,6 +105,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_pipe_cannot_end_a_cell() {
         assert_eq!(cell("a|b"), "a\\|b");
     }

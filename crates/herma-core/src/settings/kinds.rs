@@ -421,6 +421,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn numbers_are_plain_decimal_digits_within_bounds() {
         let n = Number {
             default: 5,
@@ -440,6 +441,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn choices_name_their_words() {
         let two = Choice {
             default: ("text", 0),
@@ -463,6 +465,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn lists_report_every_refused_item() {
         let hosts = Hosts { default: &[] };
         assert_eq!(
@@ -482,6 +485,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn secrets_are_never_shown() {
         let credential = Credential { min_chars: 4 };
         assert_eq!(credential.show("hunter2"), "[set]");

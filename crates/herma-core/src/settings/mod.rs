@@ -392,6 +392,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn defaults_need_no_configuration() {
         let s = Settings::from_map(&BTreeMap::new()).unwrap();
         assert_eq!(s.bind.to_string(), "127.0.0.1:7730");
@@ -401,6 +402,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn connection_and_body_limits_have_defaults_and_the_budget_must_hold_the_largest_body() {
         let s = Settings::from_map(&BTreeMap::new()).unwrap();
         assert_eq!(
@@ -432,6 +434,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn whitespace_values_are_unset() {
         let s =
             Settings::from_map(&map(&[("HERMA_BIND", "  "), ("HERMA_ADMIN_TOKEN", "\t")])).unwrap();
@@ -440,6 +443,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn every_invalid_setting_is_named() {
         let errors = Settings::from_map(&map(&[
             ("HERMA_BIND", "nowhere"),
@@ -465,6 +469,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn tier_settings_are_validated_and_contributor_classifiers_refused() {
         let s = Settings::from_map(&map(&[
             ("HERMA_EMBED_MODEL_DIR", "/models/minilm"),
@@ -512,6 +517,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn upstream_settings_are_validated() {
         let s = Settings::from_map(&map(&[
             ("HERMA_UPSTREAM_BASE_URL", "https://api.anthropic.com"),
@@ -554,6 +560,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn numbers_are_plain_decimal_digits() {
         assert_eq!(parse_decimal_u64("16384"), Ok(16384));
         for bad in [
@@ -572,6 +579,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn database_urls() {
         assert_eq!(
             DatabaseUrl::parse("sqlite://data/h.db"),
@@ -588,6 +596,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn report_redacts_secrets() {
         let lines = report(&map(&[
             ("HERMA_ADMIN_TOKEN", "a-very-long-bootstrap-token-value"),
@@ -600,6 +609,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn unknown_herma_settings_are_listed() {
         let unknown = unknown_settings(&map(&[
             ("HERMA_BIN", "x"),
@@ -610,6 +620,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn from_map_reads_every_declared_setting_once_and_nothing_else() {
         // Both remote endpoints set, so none of their settings is skipped.
         let set = map(&[
@@ -631,6 +642,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_shown_defaults_are_valid_and_mean_the_defaults() {
         let defaults = Settings::from_map(&BTreeMap::new()).unwrap();
         let mut explicit = BTreeMap::new();
@@ -650,6 +662,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn family_members_are_reported_and_known() {
         let set = map(&[
             ("HERMA_MICROMODEL_API_KEY", "sk-classifier"),

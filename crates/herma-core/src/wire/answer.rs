@@ -44,6 +44,7 @@ mod tests {
     use crate::wire::direct::DirectAnswer;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn text_is_read_back_from_every_protocol_and_shape() {
         for protocol in Protocol::ALL {
             let answer = DirectAnswer {
@@ -68,6 +69,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn the_text_stops_at_max_characters_across_deltas() {
         let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"abcé"}}"#;
         let body = format!("event: content_block_delta\ndata: {delta}\n\n").repeat(1000);

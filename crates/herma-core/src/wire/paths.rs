@@ -197,6 +197,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn prose_mentions() {
         assert_eq!(
             text_paths(
@@ -215,6 +216,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn tool_inputs_and_patches() {
         let mut out = Vec::new();
         let input = RawValue::from_string(
@@ -249,6 +251,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn slash_commands_are_not_paths() {
         assert!(text_paths("/herma").is_empty());
         assert!(text_paths("/review the change, then /compact").is_empty());
@@ -259,6 +262,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bounded() {
         let many: String = (0..500).map(|i| format!("f{i}.rs ")).collect();
         assert_eq!(text_paths(&many).len(), MAX_PATHS);

@@ -134,6 +134,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn events_survive_any_chunking() {
         let mut stream = Vec::new();
         write_event(&mut stream, Some("message_start"), "{\"a\":1}");
@@ -155,6 +156,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn events_of_many_data_lines_are_bounded_too() {
         let mut reader = Reader::new(16);
         let mut events = Vec::new();
@@ -172,6 +174,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn overlong_lines_are_dropped_not_buffered() {
         let mut reader = Reader::new(8);
         let mut events = Vec::new();

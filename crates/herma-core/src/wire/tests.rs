@@ -21,6 +21,7 @@ fn parse(bytes: &[u8]) -> Value {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn claude_code_messages_are_read() {
     let e = extract(Protocol::Messages, CLAUDE_CODE);
     assert_eq!(e.model.as_deref(), Some("claude-sonnet-4-5"));
@@ -56,6 +57,7 @@ fn claude_code_messages_are_read() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn codex_responses_are_read() {
     let e = extract(Protocol::Responses, CODEX);
     assert_eq!(e.model.as_deref(), Some("gpt-5-codex"));
@@ -87,6 +89,7 @@ fn codex_responses_are_read() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn opencode_chat_is_read() {
     let e = extract(Protocol::ChatCompletions, OPENCODE);
     assert_eq!(e.user_text, "Add a bucket to infra/main.tf");
@@ -104,6 +107,7 @@ fn opencode_chat_is_read() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn conversation_identity_prefers_herma_header_then_session_headers() {
     let headers = HeaderFacts::from_headers([
         ("session-id", "codex-session"),
@@ -134,6 +138,7 @@ fn conversation_identity_prefers_herma_header_then_session_headers() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_first_message_digest_is_stable_across_turns() {
     let turn1 = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
     let turn2 = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]});
@@ -163,6 +168,7 @@ fn assert_spliced(original: &str, shimmed: &[u8]) {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn anthropic_shims_append_a_system_block_after_the_cached_prefix() {
     let e = extract(Protocol::Messages, CLAUDE_CODE);
     let out = e
@@ -189,6 +195,7 @@ fn anthropic_shims_append_a_system_block_after_the_cached_prefix() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn anthropic_shims_handle_string_null_and_absent_system() {
     for (body, expected) in [
         (
@@ -217,6 +224,7 @@ fn anthropic_shims_handle_string_null_and_absent_system() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn chat_shims_go_before_the_latest_user_message() {
     let e = extract(Protocol::ChatCompletions, OPENCODE);
     let out = e
@@ -238,6 +246,7 @@ fn chat_shims_go_before_the_latest_user_message() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn responses_shims_become_a_developer_item_before_the_latest_user_item() {
     let e = extract(Protocol::Responses, CODEX);
     let out = e.with_shim(CODEX.as_bytes(), "S").unwrap();
@@ -270,6 +279,7 @@ fn responses_shims_become_a_developer_item_before_the_latest_user_item() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn unknown_fields_roles_and_items_are_passed_over() {
     let body = json!({
         "model": "m", "future_field": {"x": [1]}, "stream": "yes",
@@ -313,6 +323,7 @@ fn events(bytes: &[u8]) -> Vec<(Option<String>, Value)> {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn direct_json_answers_are_protocol_objects_with_zero_usage() {
     let chat = answer(Protocol::ChatCompletions, false).json();
     assert_eq!(
@@ -344,6 +355,7 @@ fn direct_json_answers_are_protocol_objects_with_zero_usage() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn direct_streams_follow_each_protocols_event_sequence() {
     let chat = events(&answer(Protocol::ChatCompletions, true).sse());
     assert_eq!(chat.last().unwrap().1, json!("[DONE]"));
@@ -390,6 +402,7 @@ fn direct_streams_follow_each_protocols_event_sequence() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn errors_use_each_protocols_shape_and_keep_the_code() {
     let problem =
         crate::contributor::refuse_contributor_model("x-contributor", "/model").unwrap_err();
@@ -403,6 +416,7 @@ fn errors_use_each_protocols_shape_and_keep_the_code() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn herma_reads_what_the_upstream_reads_even_from_odd_json() {
     // A lone surrogate escape: strict decoders refuse it, lenient upstreams accept it. Herma
     // must still see the prompt, or a rule could be dodged.
@@ -430,6 +444,7 @@ fn herma_reads_what_the_upstream_reads_even_from_odd_json() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn over_long_session_ids_are_digested() {
     let long = "x".repeat(1000);
     let body = json!({"model": "m", "prompt_cache_key": long, "messages": [{"role": "user", "content": "hi"}]}).to_string();
@@ -439,6 +454,7 @@ fn over_long_session_ids_are_digested() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn each_protocol_is_named_the_same_way_everywhere() {
     for protocol in Protocol::ALL {
         assert_eq!(Protocol::parse(protocol.as_str()), Some(protocol));
@@ -455,6 +471,7 @@ fn each_protocol_is_named_the_same_way_everywhere() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn direct_answers_decode_with_their_protocols_own_decoder() {
     use crate::call::{ModelEvent, StopReason};
     use crate::wire::stream::StreamDecoder;
@@ -485,6 +502,7 @@ fn direct_answers_decode_with_their_protocols_own_decoder() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_usage_observer_and_the_decoder_read_usage_from_the_same_events() {
     use crate::call::{ModelEvent, Usage};
     use crate::wire::stream::StreamDecoder;
@@ -551,6 +569,7 @@ fn the_usage_observer_and_the_decoder_read_usage_from_the_same_events() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_repeated_decided_member_is_refused_in_every_protocol() {
     let refused = [
         (

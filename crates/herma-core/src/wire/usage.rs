@@ -130,6 +130,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_stream_is_whole_only_once_its_protocols_last_event_arrived() {
         let cases = [
             (
@@ -162,6 +163,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn messages_usage_merges_start_and_delta() {
         let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n\
                       event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n\
@@ -177,6 +179,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn responses_and_chat_streams_and_json_bodies() {
         let mut o = UsageObserver::new(Protocol::Responses, true);
         o.feed(b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"total_tokens\":9}}}\n\n");
@@ -194,6 +197,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn only_the_usage_of_an_event_is_decoded() {
         // A text a strict decoder refuses (a lone surrogate) does not hide the usage beside it.
         let mut o = UsageObserver::new(Protocol::ChatCompletions, true);

@@ -194,6 +194,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn decimals_order_exactly_across_integer_and_float_forms() {
         let ordered = [
             json!(-1e300),
@@ -218,6 +219,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn multiples_are_decided_in_decimal_not_binary() {
         let yes = [
             (json!(19.99), json!(0.01)),
@@ -248,6 +250,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn canonical_equality_ignores_member_order_and_number_form() {
         assert!(same_value(
             &json!({"a": 1, "b": [2.0]}),

@@ -52,6 +52,7 @@ fn run(section: &str, actual: impl Fn(&Value) -> Value) {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn contracts_are_checked_as_the_parity_cases_say() {
     run("contracts", |case| {
         as_json(parse_work_contract(&case["contract"]).map(|_| ()))
@@ -59,6 +60,7 @@ fn contracts_are_checked_as_the_parity_cases_say() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn input_schemas_are_checked_as_the_parity_cases_say() {
     run("profiles", |case| {
         as_json(parse_work_contract(&probe(&case["schema"])).map(|_| ()))
@@ -66,6 +68,7 @@ fn input_schemas_are_checked_as_the_parity_cases_say() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn arguments_are_checked_as_the_parity_cases_say() {
     run("arguments", |case| {
         let contract = parse_work_contract(&probe(&case["schema"]))
@@ -75,6 +78,7 @@ fn arguments_are_checked_as_the_parity_cases_say() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn parity_cases_have_unique_names() {
     let parity = parity();
     let mut names = std::collections::BTreeSet::new();
@@ -87,6 +91,7 @@ fn parity_cases_have_unique_names() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn each_operation_becomes_one_neutral_tool_with_its_schema_unchanged() {
     let schema = json!({
         "type": "object",
@@ -115,6 +120,7 @@ fn each_operation_becomes_one_neutral_tool_with_its_schema_unchanged() {
 
 /// Exponent forms cannot be written by every fixture generator, so they are checked here.
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn integers_written_with_an_exponent_are_not_integers() {
     let contract = parse_work_contract(&probe(&json!({
         "type": "object",

@@ -20,6 +20,7 @@ fn delay(condition: Condition, pairs: &[(&str, &str)], failures: u32) -> (u64, &
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h17_rate_limit_holds_the_upstream_model_against_other_credentials() {
     // A 429 through OpenRouter on OpenAI's model...
     let limited = Condition::of(AttemptOutcome::ProviderRateLimited, None).unwrap();
@@ -64,6 +65,7 @@ fn h17_rate_limit_holds_the_upstream_model_against_other_credentials() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn guidance_comes_first_then_the_reset_headers_then_backoff() {
     let rate = Condition::RateLimited;
     for (pairs, expected) in [
@@ -98,6 +100,7 @@ fn guidance_comes_first_then_the_reset_headers_then_backoff() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn backoff_doubles_per_repeated_failure_up_to_an_hour() {
     let seconds = |condition, failures| delay(condition, &[], failures).0;
     let rate: Vec<u64> = (0..9).map(|n| seconds(Condition::RateLimited, n)).collect();
@@ -113,6 +116,7 @@ fn backoff_doubles_per_repeated_failure_up_to_an_hour() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn durations_and_dates_read_strictly() {
     for (raw, millis) in [
         ("1m30s", Some(90_000)),
@@ -178,6 +182,7 @@ fn fixture() -> Value {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn condition_parity_fixtures_hold() {
     let fixture = fixture();
     let cases = fixture["conditions"].as_array().unwrap();
@@ -197,6 +202,7 @@ fn condition_parity_fixtures_hold() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn hold_parity_fixtures_hold() {
     let fixture = fixture();
     let cases = fixture["holds"].as_array().unwrap();
@@ -211,6 +217,7 @@ fn hold_parity_fixtures_hold() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn delay_parity_fixtures_hold() {
     let fixture = fixture();
     let cases = fixture["delays"].as_array().unwrap();

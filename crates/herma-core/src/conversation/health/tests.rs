@@ -35,6 +35,7 @@ fn retry_after(seconds: u64) -> Vec<(String, String)> {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn resources_are_keyed_by_provider_account_model_and_identity() {
     let r = openai();
     assert_eq!(r.route, "route:openai:operator:gpt-x");
@@ -47,11 +48,13 @@ fn resources_are_keyed_by_provider_account_model_and_identity() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn nothing_stored_is_clear() {
     assert_eq!(gate(&[], &openai(), at(0), OPEN), Gate::Clear);
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h17_a_rate_limit_holds_the_upstream_model_against_other_credentials() {
     let guidance = retry_after(30);
     let settled = settle(
@@ -108,6 +111,7 @@ fn h17_a_rate_limit_holds_the_upstream_model_against_other_credentials() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn credit_exhaustion_blocks_the_account_across_models_for_five_minutes() {
     let settled = settle(
         &finished(AttemptOutcome::ProviderPaymentRequired, &[]),
@@ -146,6 +150,7 @@ fn credit_exhaustion_blocks_the_account_across_models_for_five_minutes() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn unknown_outcomes_and_unavailability_cool_the_route_only() {
     for outcome in [
         AttemptOutcome::ProviderOutcomeUncertain,
@@ -172,6 +177,7 @@ fn unknown_outcomes_and_unavailability_cool_the_route_only() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn recovery_is_one_probe_that_doubles_the_backoff_when_it_fails_and_clears_when_it_succeeds() {
     let first = settle(
         &finished(AttemptOutcome::ProviderUnavailable, &[]),
@@ -192,6 +198,7 @@ fn recovery_is_one_probe_that_doubles_the_backoff_when_it_fails_and_clears_when_
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_lease_out_skips_and_a_passed_lease_becomes_uncertain_once() {
     let mut record = settle(
         &finished(AttemptOutcome::ProviderRateLimited, &retry_after(10)),
@@ -244,6 +251,7 @@ fn a_lease_out_skips_and_a_passed_lease_becomes_uncertain_once() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_plan_may_pause_recovery() {
     let limits = settle(
         &finished(AttemptOutcome::ProviderRateLimited, &retry_after(5)),
@@ -286,6 +294,7 @@ fn time_of(value: &serde_json::Value) -> Timestamp {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn gate_fixtures_decide_as_stated() {
     let fixtures = fixtures();
     let cases = fixtures["gate"].as_array().unwrap();
@@ -307,6 +316,7 @@ fn gate_fixtures_decide_as_stated() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn settle_fixtures_write_as_stated() {
     let fixtures = fixtures();
     let cases = fixtures["settle"].as_array().unwrap();

@@ -19,6 +19,7 @@ fn pointers(problem: &Problem) -> Vec<&str> {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn h17_plans_refuse_a_second_credential_for_the_same_upstream_model() {
     for (direct, routed) in [
         (
@@ -67,6 +68,7 @@ fn h17_plans_refuse_a_second_credential_for_the_same_upstream_model() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn defaults_pin_nothing_and_opt_into_nothing_uncertain() {
     let plan = check(json!({"provider_plan": {
         "context_refs": ["work.review"],
@@ -82,6 +84,7 @@ fn defaults_pin_nothing_and_opt_into_nothing_uncertain() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_turn_problem_names_the_plan_entry() {
     let grants = Grants::parse(Some(&format!(
         r#"[{{"caller_scope":"{A}","providers":[{{"provider":"meta","model":"m"}}]}}]"#
@@ -154,6 +157,7 @@ fn fixture() -> Value {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn plan_entry_parity_fixtures_hold() {
     let fixture = fixture();
     let cases = fixture["entries"].as_array().unwrap();
@@ -174,6 +178,7 @@ fn plan_entry_parity_fixtures_hold() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn plan_turn_parity_fixtures_hold() {
     let fixture = fixture();
     let cases = fixture["turns"].as_array().unwrap();

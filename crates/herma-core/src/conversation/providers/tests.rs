@@ -90,6 +90,7 @@ fn spelled_event(event: &ModelEvent) -> Value {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn request_fixtures_are_the_exact_bytes_sent() {
     let fixtures = fixtures();
     let cases = fixtures["requests"].as_array().expect("requests");
@@ -121,6 +122,7 @@ fn request_fixtures_are_the_exact_bytes_sent() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn reply_fixtures_read_as_stated() {
     let fixtures = fixtures();
     let cases = fixtures["replies"].as_array().expect("replies");
@@ -172,6 +174,7 @@ fn request_of(bytes: usize) -> ProviderRequest {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_request_exactly_at_32_kib_is_sent_and_one_byte_more_is_413() {
     assert!(check_request_size(&request_of(MAX_REQUEST_BYTES)).is_ok());
     let refused = check_request_size(&request_of(MAX_REQUEST_BYTES + 1)).unwrap_err();
@@ -189,6 +192,7 @@ fn a_request_exactly_at_32_kib_is_sent_and_one_byte_more_is_413() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_long_transcript_is_measured_as_the_encoded_body() {
     let env = ConversationEnv::new(BTreeMap::from([(
         "HERMA_CONVERSATION_OLLAMA_MAX_OUTPUT".to_owned(),
@@ -210,6 +214,7 @@ fn a_long_transcript_is_measured_as_the_encoded_body() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn an_error_body_is_read_only_to_16_kib() {
     let padded = |fill: usize| {
         format!(
@@ -240,6 +245,7 @@ fn an_error_body_is_read_only_to_16_kib() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn rejection_outcomes_follow_the_status() {
     for (status, outcome) in [
         (400, AttemptOutcome::ProviderRejected),
@@ -265,6 +271,7 @@ fn rejection_outcomes_follow_the_status() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn outcomes_are_a_closed_snake_case_list_with_known_zero_charges() {
     let zero = [
         "provider_not_configured",
@@ -292,6 +299,7 @@ fn outcomes_are_a_closed_snake_case_list_with_known_zero_charges() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn the_credential_style_follows_the_provider_and_never_prints() {
     let key = Secret::new("sk-live-FAKEKEY");
     for provider in Provider::ALL {
@@ -312,6 +320,7 @@ fn the_credential_style_follows_the_provider_and_never_prints() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn invalid_and_uncertain_reasons_never_copy_the_body() {
     let secret = "sk-live-FAKEKEY0123456789abcdef";
     for (provider, status, body) in [
@@ -337,6 +346,8 @@ fn invalid_and_uncertain_reasons_never_copy_the_body() {
     }
 }
 
+// Native only: proptest forks and times out with processes.
+#[cfg(not(target_arch = "wasm32"))]
 proptest::proptest! {
     #[test]
     fn decode_never_panics(

@@ -35,6 +35,7 @@ fn collect(protocol: Protocol, chunks: Vec<Vec<u8>>) -> Vec<Result<ModelEvent, S
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn anthropic_blocks_become_neutral_events_in_order() {
     let events = collect(
         Protocol::Messages,
@@ -120,6 +121,7 @@ fn anthropic_blocks_become_neutral_events_in_order() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn responses_items_and_usage_are_read() {
     let events = collect(
         Protocol::Responses,
@@ -163,6 +165,7 @@ fn responses_items_and_usage_are_read() {
 }
 
 #[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn chat_chunks_accumulate_tool_calls_and_read_usage_before_done() {
     let body = {
         let text = [
