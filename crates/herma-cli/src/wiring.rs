@@ -107,8 +107,9 @@ pub struct OpenedTiers {
 /// model that cannot be used is left out and named in `problems` (and the log); Herma still
 /// starts, and rules needing it never fire.
 pub async fn open_tiers(settings: &TierSettings) -> OpenedTiers {
-    // The remote models' client: each wait bounded; the app bounds every classifier call by
-    // `HERMA_MICROMODEL_TIMEOUT_MS` and every embedding by at least 5 s.
+    // The remote models' client: each wait (connect, headers, each chunk) bounded by at least
+    // 5 s; on the proxy path the app also bounds every classifier call by
+    // `HERMA_MICROMODEL_TIMEOUT_MS` and every request's embedding by at least 5 s.
     let wait = Duration::from_millis(settings.micromodel_timeout_ms.max(5_000));
     let mut tiers = match HttpUpstream::new(wait, wait, wait) {
         Ok(http) => herma_app::tiers::open_remote(settings, Arc::new(http), None).await,

@@ -4,8 +4,10 @@
 //!
 //! Both speak through the [`Upstream`] port, so they run wherever one exists: natively over
 //! their own [`crate::HttpUpstream`] (`new`, `connect`), at the edge over the platform's fetch
-//! (`over`, `connect_over`). The whole call's bound is the caller's (`herma_app::tiers` puts
-//! one around every classifier call and every embedding).
+//! (`over`, `connect_over`). Each wait (connecting, the response headers, each body chunk) is
+//! the upstream's bound; the whole call's is the caller's: `herma_app::tiers` puts one around
+//! every classifier call and every request's embedding on the proxy path (the start-up probe
+//! and the example vectors of rules are bounded per wait only).
 
 use std::sync::{Arc, Mutex};
 

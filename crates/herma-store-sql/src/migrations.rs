@@ -171,8 +171,14 @@ impl<B: Backend> SqlStore<B> {
         let query = B::query("SELECT max(version) AS version FROM herma_migrations");
         let applied = match self.db.fetch_optional(query).await {
             Ok(row) => row.map(|r| r.opt_int("version")).transpose()?.flatten(),
-            // No ledger: nothing has been applied.
-            Err(_) => None,
+            // No ledger (SQLite and D1 say "no such table", PostgreSQL "does not exist"):
+            // nothing has been applied. Any other failure is the database's, and says so.
+            Err(StoreError::Backend(message))
+                if message.contains("no such table") || message.contains("does not exist") =>
+            {
+                None
+            }
+            Err(other) => return Err(other),
         };
         Ok((applied, known))
     }

@@ -66,7 +66,7 @@ async fn fetch(
             }
         },
     };
-    let response = router.call(req).await?;
+    let response = router.call(read_small_body(req).await).await?;
     let (done, ended) = tokio::sync::oneshot::channel();
     let response = response.map(|b| axum::body::Body::new(body::OnEnd::new(b, done)));
     ctx.wait_until(async move {
@@ -78,6 +78,43 @@ async fn fetch(
         }
     });
     Ok(response)
+}
+
+/// Request bodies declared at most this long are read whole before routing.
+const READ_AHEAD: u64 = 1 << 20;
+
+/// `req` with its body read whole when it declares a small one, else streamed as it comes.
+///
+/// A route may answer without reading the body (a refusal at the gate). Under `wrangler dev`
+/// the connection such a request came on then sometimes stalled, and the next request on it
+/// got no answer; a body already read leaves nothing behind. A large or undeclared body is
+/// streamed, so the route's own limits still apply to it as it arrives.
+async fn read_small_body(req: HttpRequest) -> axum::http::Request<axum::body::Body> {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let (parts, body) = req.into_parts();
+    let body = axum::body::Body::new(body);
+    let body = match declared {
+        Some(n) if n > 0 && n <= READ_AHEAD => {
+            match axum::body::to_bytes(body, READ_AHEAD as usize).await {
+                Ok(bytes) => axum::body::Body::from(bytes),
+                // A body that ends early or fails: the route reads the same failure.
+                Err(err) => failed_body(err),
+            }
+        }
+        _ => body,
+    };
+    axum::http::Request::from_parts(parts, body)
+}
+
+/// A body that fails at once with `err`.
+fn failed_body(err: axum::Error) -> axum::body::Body {
+    axum::body::Body::from_stream(futures_util::stream::once(async move {
+        Err::<axum::body::Bytes, axum::Error>(err)
+    }))
 }
 
 /// The isolate's app and router, built by the first event that needs them. A failure keeps
@@ -149,6 +186,8 @@ const LOCAL_MODEL: &str = "the in-process embedding model (HERMA_EMBED_MODEL_DIR
 
 async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     let settings = settings(env)?;
+    // The store first: a database that is behind refuses before any model is called.
+    let store = store(env).await?;
     let mut fetch = upstream::FetchUpstream::new(&settings);
     // Tessera as a service binding: its records come from that Worker, not the network.
     if let (Ok(binding), Some(base)) = (env.service("TESSERA"), settings.tessera_url.as_deref()) {
@@ -159,7 +198,7 @@ async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     let tiers =
         herma_app::tiers::open_remote(&settings.tiers, upstream.clone(), Some(LOCAL_MODEL)).await;
     let app = App::with_parts(
-        store(env).await?,
+        store,
         settings,
         Arc::new(clock::DateClock),
         Arc::new(OsRandom),

@@ -7,7 +7,9 @@
 //! client's fixed phrases; the platform's own message goes to the Worker's log only.
 //!
 //! A request for a base a service binding stands for (`TESSERA` for `HERMA_TESSERA_URL`) goes
-//! to that Worker through the binding instead of the network, under the same promises.
+//! to that Worker through the binding instead of the network, with the same header and idle
+//! bounds and no redirect followed; dropping its body stops reading it but does not abort the
+//! other Worker's work (the binding's `fetch` is given no abort signal).
 
 use std::time::Duration;
 
