@@ -9,9 +9,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 
-use crate::{Upstream, UpstreamError, UpstreamRequest};
+use crate::{Upstream, UpstreamError, UpstreamRequest, phrase};
 
 /// A Tessera or Herma-compatible endpoint.
 pub struct FabricClient {
@@ -96,24 +95,9 @@ impl FabricClient {
         if !(200..300).contains(&response.status) {
             return Err(format!("answered HTTP {}", response.status));
         }
-        let declared = response
-            .headers
-            .iter()
-            .find(|(name, _)| name == "content-length")
-            .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > max_bytes as u64) {
-            return Err(format!("the body is larger than {max_bytes} bytes"));
-        }
-        let mut body = Vec::new();
-        let mut chunks = response.body;
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| phrase(&e))?;
-            if body.len() + chunk.len() > max_bytes {
-                return Err(format!("the body is larger than {max_bytes} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+        crate::read_limited(response, max_bytes)
+            .await
+            .map_err(|e| phrase(&e))
     }
 
     /// `GET {base}{path}?{query}`: the body, at most `max_bytes`.
@@ -148,15 +132,5 @@ impl FabricClient {
     pub async fn blob(&self, digest: &str, max_bytes: usize) -> Result<Vec<u8>, String> {
         self.get(format!("{}/v1/blobs/{digest}", self.base), max_bytes)
             .await
-    }
-}
-
-/// The failure as the fixed phrase a report may show (`connection failed`, `timed out`, `body
-/// failed`, …); the detail went to the server log where the HTTP client saw it.
-fn phrase(err: &UpstreamError) -> String {
-    match err {
-        UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
-        UpstreamError::Timeout(_) => "timed out".to_owned(),
-        other => other.to_string(),
     }
 }

@@ -83,3 +83,41 @@ pub enum UpstreamError {
 pub trait Upstream: Send + Sync {
     async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError>;
 }
+
+/// A whole response body of at most `max_bytes` (refused at once when its declared length is
+/// larger, else as soon as the chunks pass it).
+pub(crate) async fn read_limited(
+    response: UpstreamResponse,
+    max_bytes: usize,
+) -> Result<Vec<u8>, UpstreamError> {
+    use futures_util::StreamExt;
+    let too_large = || UpstreamError::Body(format!("the body is larger than {max_bytes} bytes"));
+    let declared = response
+        .headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_bytes as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    let mut chunks = response.body;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > max_bytes {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The failure as the fixed phrase a report may show (`connection failed`, `timed out`, `body
+/// failed`, …); the detail went to the server log where the HTTP client saw it.
+pub(crate) fn phrase(err: &UpstreamError) -> String {
+    match err {
+        UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
+        UpstreamError::Timeout(_) => "timed out".to_owned(),
+        other => other.to_string(),
+    }
+}

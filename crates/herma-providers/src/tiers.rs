@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use herma_core::micromodel::{Classifier, ClassifierError, ClassifierRequest};
 use herma_core::semantic::{EmbedError, Embedder, ModelIdentity, VectorCache, normalize};
 use herma_core::settings::{RemoteModel, RemoteProtocol};
 use serde_json::{Value, json};
 
-use crate::{Upstream, UpstreamError, UpstreamRequest};
+use crate::{Upstream, UpstreamError, UpstreamRequest, phrase};
 
 /// The largest answer read from a tier model (a batch of embeddings is the big one).
 const MAX_ANSWER_BYTES: usize = 16 << 20;
@@ -73,30 +72,14 @@ async fn post_json(
             body: Bytes::from(body.to_string()),
         })
         .await?;
-    let mut body = Vec::new();
-    let mut chunks = response.body;
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk?;
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(UpstreamError::Body(format!(
-                "the answer is larger than {MAX_ANSWER_BYTES} bytes"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let status = response.status;
+    let headers = response.headers.clone();
+    let body = crate::read_limited(response, MAX_ANSWER_BYTES).await?;
     Ok(Answer {
-        status: response.status,
-        headers: response.headers,
+        status,
+        headers,
         body,
     })
-}
-
-/// An upstream failure in words safe to show (no socket details).
-fn phrase(err: &UpstreamError) -> String {
-    match err {
-        UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// The endpoint part of a model identity: host, port and path (two endpoints on one host

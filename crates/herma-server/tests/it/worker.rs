@@ -218,11 +218,20 @@ fn spawn_workers(vars: &[(&str, String)], state: &Path, configs: &[PathBuf]) -> 
 
 /// A mock upstream, and a native server and the Worker with the same settings, pointed at it.
 async fn side_by_side() -> (MockUpstream, TestApp, Wrangler) {
+    side_by_side_with(Vec::new(), &migrated_state()).await
+}
+
+/// [`side_by_side`] with `extra` settings for both, the Worker on the local state `state`.
+async fn side_by_side_with(
+    extra: Vec<(&'static str, String)>,
+    state: &Path,
+) -> (MockUpstream, TestApp, Wrangler) {
     let mock = MockUpstream::start().await;
-    let vars = settings(&mock.url());
+    let mut vars = settings(&mock.url());
+    vars.extend(extra);
     let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let native = spawn_app(Backend::Sqlite, &overrides).await;
-    let worker = start_worker(&vars, &migrated_state()).await;
+    let worker = start_worker(&vars, state).await;
     eprintln!(
         "native at {}, the Worker at {}",
         native.url(""),
@@ -420,17 +429,7 @@ async fn h14_the_worker_answers_discovery_preview_pages_mcp_and_refusals_byte_fo
 }
 
 async fn route_key(base: &str) -> String {
-    let (issued, _) = call(
-        base,
-        Method::POST,
-        "/v1/admin/keys",
-        Some(ADMIN),
-        Some(&json!({"scopes": ["route"], "label": "parity"})),
-    )
-    .await;
-    assert_eq!(issued.status, 201, "{}", issued.body);
-    let issued: Value = serde_json::from_str(&issued.body).expect("json");
-    issued["key"].as_str().expect("a key").to_owned()
+    issued_key(base, &["route"], None).await.0
 }
 
 /// The receipt of `id`, once the writer has stored it.
@@ -524,14 +523,25 @@ async fn h10_the_worker_forwards_json_and_sse_and_answers_directly_like_the_nati
     }
 }
 
-/// A key with `scopes` for `harness`, issued by `base`'s admin: the key and its id.
-async fn issued_key(base: &str, scopes: &[&str], harness: &str) -> (String, String) {
+/// A dry run of one Messages request whose user turn is `text`.
+fn dry_run_of(text: &str) -> Value {
+    json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
+        "messages": [{"role": "user", "content": text}]}})
+}
+
+/// A key with `scopes` (for `harness`, when named), issued by `base`'s admin: the key and its
+/// id.
+async fn issued_key(base: &str, scopes: &[&str], harness: Option<&str>) -> (String, String) {
+    let mut body = json!({"scopes": scopes, "label": "parity"});
+    if let Some(harness) = harness {
+        body["harness"] = json!(harness);
+    }
     let (issued, _) = call(
         base,
         Method::POST,
         "/v1/admin/keys",
         Some(ADMIN),
-        Some(&json!({"scopes": scopes, "label": "parity", "harness": harness})),
+        Some(&body),
     )
     .await;
     assert_eq!(issued.status, 201, "{}", issued.body);
@@ -576,19 +586,15 @@ fn comparable(mut answer: Answer, ids: &[(&str, &str)]) -> Answer {
 async fn h11_the_worker_on_d1_keeps_callers_apart_locks_built_ins_and_compares_versions_like_the_native_server()
  {
     use herma_test_support::fixtures::{context_entry, provision};
-    let mock = MockUpstream::start().await;
-    let vars = settings(&mock.url());
-    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let native = spawn_app(Backend::Sqlite, &overrides).await;
-    let native_base = native.url("");
     let state = migrated_state();
-    let worker = start_worker(&vars, &state).await;
+    let (mock, native, worker) = side_by_side_with(Vec::new(), &state).await;
+    let native_base = native.url("");
 
     let scopes = ["route", "configure"];
-    let (home_alice, home_alice_id) = issued_key(&native_base, &scopes, "claude-code").await;
-    let (home_bob, home_bob_id) = issued_key(&native_base, &scopes, "claude-code").await;
-    let (edge_alice, edge_alice_id) = issued_key(&worker.base, &scopes, "claude-code").await;
-    let (edge_bob, edge_bob_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let (home_alice, home_alice_id) = issued_key(&native_base, &scopes, Some("claude-code")).await;
+    let (home_bob, home_bob_id) = issued_key(&native_base, &scopes, Some("claude-code")).await;
+    let (edge_alice, edge_alice_id) = issued_key(&worker.base, &scopes, Some("claude-code")).await;
+    let (edge_bob, edge_bob_id) = issued_key(&worker.base, &scopes, Some("claude-code")).await;
 
     #[derive(Clone, Copy)]
     enum Who {
@@ -703,16 +709,14 @@ async fn h11_the_worker_on_d1_keeps_callers_apart_locks_built_ins_and_compares_v
             Who::Alice,
             Method::POST,
             "/v1/dry-run",
-            Some(json!({"protocol": "messages", "body":
-            {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "how do I deploy?"}]}})),
+            Some(dry_run_of("how do I deploy?")),
         ),
         (
             200,
             Who::Bob,
             Method::POST,
             "/v1/dry-run",
-            Some(json!({"protocol": "messages", "body":
-            {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "how do I deploy?"}]}})),
+            Some(dry_run_of("how do I deploy?")),
         ),
     ];
     let ids = [
@@ -752,7 +756,7 @@ async fn h11_the_worker_on_d1_keeps_callers_apart_locks_built_ins_and_compares_v
     // D1 keeps what was written: a new Worker process on the same local state still knows
     // Alice's key and her record.
     drop(worker);
-    let worker = start_worker(&vars, &state).await;
+    let worker = start_worker(&settings(&mock.url()), &state).await;
     let (kept, _) = call(
         &worker.base,
         Method::GET,
@@ -789,8 +793,8 @@ async fn h13_the_worker_on_d1_remembers_entities_and_charges_retries_like_the_na
     let (_mock, native, worker) = side_by_side().await;
     let native_base = native.url("");
     let scopes = ["route", "configure"];
-    let (home_key, home_id) = issued_key(&native_base, &scopes, "claude-code").await;
-    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let (home_key, home_id) = issued_key(&native_base, &scopes, Some("claude-code")).await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, Some("claude-code")).await;
     let client = reqwest::Client::new();
     for (base, key) in [(&native_base, &home_key), (&worker.base, &edge_key)] {
         for (path, body) in [
@@ -987,9 +991,7 @@ async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them
  {
     use herma_test_support::mock_models::{MockModels, Reply};
     let models = MockModels::start(Reply::decision(true, 0.95)).await;
-    let mock = MockUpstream::start().await;
-    let mut vars = settings(&mock.url());
-    for (name, value) in [
+    let models_settings = vec![
         ("HERMA_EMBED_URL", models.url()),
         ("HERMA_EMBED_MODEL", "text-embedding-3-small".to_owned()),
         ("HERMA_EMBED_API_KEY", "sk-mock".to_owned()),
@@ -997,16 +999,12 @@ async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them
         ("HERMA_MICROMODEL_MODEL", "qwen2.5:0.5b".to_owned()),
         ("HERMA_MICROMODEL_API_KEY", "sk-mock".to_owned()),
         ("HERMA_MICROMODEL_TIMEOUT_MS", "5000".to_owned()),
-    ] {
-        vars.push((name, value));
-    }
-    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    ];
+    let (_mock, native, worker) = side_by_side_with(models_settings, &migrated_state()).await;
     let native_base = native.url("");
-    let worker = start_worker(&vars, &migrated_state()).await;
     let scopes = ["route", "configure"];
-    let (home_key, home_id) = issued_key(&native_base, &scopes, "claude-code").await;
-    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, "claude-code").await;
+    let (home_key, home_id) = issued_key(&native_base, &scopes, Some("claude-code")).await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &scopes, Some("claude-code")).await;
     let ids = [(home_id.as_str(), "KEY"), (edge_id.as_str(), "KEY")];
 
     let semantic = json!({"examples": ["deploy the service"], "threshold": 0.2});
@@ -1027,8 +1025,7 @@ async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them
             "triggers": {"micromodel": micromodel}}),
         ),
     ];
-    let dry_run = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
-        "messages": [{"role": "user", "content": "deploy the service now"}]}});
+    let dry_run = dry_run_of("deploy the service now");
     let message = json!({"model": "claude-test", "max_tokens": 64,
         "messages": [{"role": "user", "content": "deploy the service now"}]});
     // Each runtime in turn, counting the model calls it makes: writing the semantic rule
@@ -1082,16 +1079,8 @@ async fn h16_the_worker_runs_tiers_2_and_3_on_remote_models_and_never_calls_them
     );
     let (home, edge) = (&answers[0], &answers[1]);
     assert_same(&edge.0, &home.0, "dry run");
-    for field in ["action", "matched", "evaluation"] {
-        let strip = |v: &Value| {
-            let mut v = v.clone();
-            if let Some(e) = v.get_mut("evaluation").and_then(Value::as_object_mut) {
-                // Each runtime's own timings.
-                e.retain(|name, _| !name.ends_with("_micros") && !name.ends_with("_ms"));
-            }
-            v[field].clone()
-        };
-        assert_eq!(strip(&edge.1), strip(&home.1), "receipt {field}");
+    for field in ["action", "matched", "shimmed_context_refs"] {
+        assert_eq!(edge.1[field], home.1[field], "receipt {field}");
     }
     let matched = home.1["matched"].to_string();
     assert!(
@@ -1128,14 +1117,12 @@ async fn h19_the_worker_syncs_tessera_starters_and_serves_them_only_with_their_g
             "governance": governance("verified", "tessera")}),
         json!({"uri": "tessera://records/starters/odd", "kind": "spell", "version": 1}),
     ]);
-    let mock = MockUpstream::start().await;
-    let mut vars = settings(&mock.url());
-    vars.push(("HERMA_TESSERA_URL", tessera.url()));
-    vars.push(("HERMA_TESSERA_TOKEN", TOKEN.to_owned()));
-    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let tessera_settings = vec![
+        ("HERMA_TESSERA_URL", tessera.url()),
+        ("HERMA_TESSERA_TOKEN", TOKEN.to_owned()),
+    ];
+    let (_mock, native, worker) = side_by_side_with(tessera_settings, &migrated_state()).await;
     let native_base = native.url("");
-    let worker = start_worker(&vars, &migrated_state()).await;
 
     // The sync, twice (the second changes nothing), then what a routed caller gets.
     for round in ["first", "again"] {
@@ -1158,13 +1145,12 @@ async fn h19_the_worker_syncs_tessera_starters_and_serves_them_only_with_their_g
         assert_eq!(at_home.status, 200, "{round}: {}", at_home.body);
         assert_same(&at_edge, &at_home, &format!("{round} sync"));
     }
-    let (home_key, home_id) = issued_key(&native_base, &["route"], "claude-code").await;
-    let (edge_key, edge_id) = issued_key(&worker.base, &["route"], "claude-code").await;
+    let (home_key, home_id) = issued_key(&native_base, &["route"], Some("claude-code")).await;
+    let (edge_key, edge_id) = issued_key(&worker.base, &["route"], Some("claude-code")).await;
     let ids = [(home_id.as_str(), "KEY"), (edge_id.as_str(), "KEY")];
     let mut decisions = Vec::new();
     for word in ["alpha", "bravo", "charlie"] {
-        let body = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
-            "messages": [{"role": "user", "content": word}]}});
+        let body = dry_run_of(word);
         let home_key = Some((home_key.as_str(), Some("claude-code")));
         let edge_key = Some((edge_key.as_str(), Some("claude-code")));
         let (at_home, _) = call_as(
@@ -1261,9 +1247,8 @@ async fn the_worker_reads_tessera_through_its_service_binding() {
     assert_eq!(synced.status, 200, "{}", synced.body);
     let report: Value = serde_json::from_str(&synced.body).expect("json");
     assert_eq!(report["created"], 1, "{report}");
-    let (key, _) = issued_key(&worker.base, &["route"], "claude-code").await;
-    let body = json!({"protocol": "messages", "body": {"model": "m", "max_tokens": 8,
-        "messages": [{"role": "user", "content": "bound"}]}});
+    let (key, _) = issued_key(&worker.base, &["route"], Some("claude-code")).await;
+    let body = dry_run_of("bound");
     let (report, _) = call_as(
         &worker.base,
         Method::POST,
