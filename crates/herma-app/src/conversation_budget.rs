@@ -84,7 +84,11 @@ impl App {
                 _ => format!("provider:{}", provider.as_str()),
             })
             .collect();
-        let ledger = self.store.ledger(&counters).await.map_err(internal)?;
+        let ledger = self
+            .conversations
+            .ledger(&counters)
+            .await
+            .map_err(internal)?;
         let mut providers = Vec::new();
         for (provider, used) in Provider::ALL.into_iter().zip(ledger) {
             let name = provider.as_str();
@@ -119,7 +123,7 @@ impl App {
         }
         let mut resource_health = Vec::new();
         let mut identity_cooldowns = Vec::new();
-        for record in self.store.all_health().await.map_err(internal)? {
+        for record in self.conversations.all_health().await.map_err(internal)? {
             let shown = ResourceHealth {
                 resource: record.resource.clone(),
                 scope: record.scope.as_str().to_owned(),

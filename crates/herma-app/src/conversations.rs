@@ -62,8 +62,11 @@ pub const LIMITS: TurnLimits = TurnLimits {
 };
 /// An unfinished turn is sealed this long after admission.
 pub const SEAL_AFTER_MS: i64 = 120_000;
-/// How long one attempt may take (below the sealing age, so a live attempt is never sealed).
+/// How long one attempt may take natively (below the sealing age, so a live attempt is never
+/// sealed). A Worker bounds each dispatch to [`EDGE_ATTEMPT_TIMEOUT`] ([`App::attempt_timeout`]).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(100);
+/// How long one attempt may take at the edge: the seed's 25-second dispatch.
+pub const EDGE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(25);
 /// A further attempt of a planned turn starts only with at least this long before the
 /// turn's boundary.
 pub const MIN_ATTEMPT_MS: i64 = 10_000;
@@ -241,7 +244,7 @@ impl App {
         kept.extend(route.plan.as_ref().map(|plan| plan.context.clone()));
         let fingerprint = turn::fingerprint(body.provider, &route.first_model, &kept);
         let existing = self
-            .store
+            .conversations
             .conversation(&scope, &body.conversation_id)
             .await
             .map_err(internal)?;
@@ -291,9 +294,10 @@ impl App {
             &route.grant,
             route.plan.as_ref(),
             &steps,
+            self.attempt_timeout,
         );
         let admitted = self
-            .store
+            .conversations
             .admit_turn(&AdmitTurn {
                 caller_scope: scope.clone(),
                 conversation_id: body.conversation_id.clone(),
@@ -492,7 +496,7 @@ impl App {
     /// Whether the turn is still this request's to answer.
     async fn fence_held(&self, turn: &TurnRecord) -> Result<bool, Problem> {
         let stored = self
-            .store
+            .conversations
             .turn(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
             .await
             .map_err(internal)?;
@@ -682,7 +686,7 @@ impl App {
 
         // Shared provider health: a recorded skip, a recovery probe, or clear.
         let resources = Resources::of(config.provider, &config.account, &config.model);
-        let records = match self.store.health(&resources.all()).await {
+        let records = match self.conversations.health(&resources.all()).await {
             Ok(records) => records,
             Err(err) => return self.coordination_failed(run, n, record, err, now).await,
         };
@@ -694,7 +698,7 @@ impl App {
                 record: replaced,
                 skip,
             } => {
-                if let Err(err) = self.store.expire_probe(&probe_id, &replaced).await {
+                if let Err(err) = self.conversations.expire_probe(&probe_id, &replaced).await {
                     return self.coordination_failed(run, n, record, err, now).await;
                 }
                 return self.health_skip(run, n, record, &skip, now).await;
@@ -715,7 +719,7 @@ impl App {
         );
         let mut probing = false;
         let reserved = match &probed {
-            None => self.store.reserve(&charges).await,
+            None => self.conversations.reserve(&charges).await,
             Some(resource) => {
                 let probe_id = digest_key(
                     "probe",
@@ -727,7 +731,7 @@ impl App {
                 );
                 let lease_until = now.plus_millis(health::PROBE_LEASE_MS);
                 match self
-                    .store
+                    .conversations
                     .reserve_probe(resource, &probe_id, lease_until, now, &charges)
                     .await
                 {
@@ -737,7 +741,7 @@ impl App {
                         Ok(Reserved::All)
                     }
                     Ok(ProbeReservation::Denied { counter }) => Ok(Reserved::Denied { counter }),
-                    Ok(ProbeReservation::NotLimited) => self.store.reserve(&charges).await,
+                    Ok(ProbeReservation::NotLimited) => self.conversations.reserve(&charges).await,
                     Ok(ProbeReservation::Held { until }) => {
                         // Another request took the lease first: the same skip the gate gives.
                         record["reservation_status"] = json!("not_reserved");
@@ -890,10 +894,12 @@ impl App {
         started_at: Timestamp,
     ) -> Result<(), herma_store::StoreError> {
         for limit in &settlement.limits {
-            self.store.limit(limit).await?;
+            self.conversations.limit(limit).await?;
         }
         for resource in &settlement.clears {
-            self.store.clear_health(resource, started_at).await?;
+            self.conversations
+                .clear_health(resource, started_at)
+                .await?;
         }
         Ok(())
     }
@@ -905,7 +911,7 @@ impl App {
         record: &Value,
         now: Timestamp,
     ) -> Result<(), Problem> {
-        self.store
+        self.conversations
             .put_attempt(&AttemptRecord {
                 caller_scope: run.scope.clone(),
                 conversation_id: run.body.conversation_id.clone(),
@@ -940,7 +946,7 @@ impl App {
         let root_key = digest_key("turn", &root_parts);
         let boundary = attempt_boundary(run.turn);
         let left = u64::try_from(boundary.as_millis() - now.as_millis()).unwrap_or(0);
-        let timeout = ATTEMPT_TIMEOUT.min(Duration::from_millis(left.max(1)));
+        let timeout = self.attempt_timeout.min(Duration::from_millis(left.max(1)));
         let deadline = now.plus_millis(timeout.as_millis() as i64);
         governed
             .trees
@@ -958,7 +964,7 @@ impl App {
             })
             .await
             .map_err(herma_governed::GovernedError::from)?;
-        let mut step = StepConfig::new(governed, client);
+        let mut step = StepConfig::new(governed, client, self.runtime.clone());
         step.clock = self.clock.clone();
         step.run_timeout = timeout;
         step.max_request_chars = MAX_REQUEST_BYTES * 4;
@@ -1109,7 +1115,7 @@ impl App {
             }),
         ];
         let sealed = self
-            .store
+            .conversations
             .seal_turn(&SealTurn {
                 caller_scope: turn.caller_scope.clone(),
                 conversation_id: turn.conversation_id.clone(),
@@ -1129,7 +1135,7 @@ impl App {
         if !sealed {
             // The sweeper sealed it first (the attempt outlived two minutes): its answer stands.
             let stored = self
-                .store
+                .conversations
                 .turn(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
                 .await
                 .map_err(internal)?
@@ -1161,20 +1167,20 @@ impl App {
         conversation_id: &str,
     ) -> Result<Value, Problem> {
         let conversation = self
-            .store
+            .conversations
             .conversation(scope, conversation_id)
             .await
             .map_err(internal)?
             .ok_or_else(|| Problem::not_found("conversation", conversation_id))?;
         let turns = self
-            .store
+            .conversations
             .recent_turns(scope, conversation_id, RECENT_TURNS)
             .await
             .map_err(internal)?;
         let mut recent = Vec::new();
         for turn in turns {
             let attempts = self
-                .store
+                .conversations
                 .attempts(scope, conversation_id, &turn.request_id)
                 .await
                 .map_err(internal)?;
@@ -1211,7 +1217,7 @@ impl App {
         let mut sealed = 0;
         loop {
             let unfinished = self
-                .store
+                .conversations
                 .unfinished_turns(cutoff, 100)
                 .await
                 .map_err(internal)?;
@@ -1228,7 +1234,7 @@ impl App {
                 break;
             }
         }
-        self.store
+        self.conversations
             .expire_conversations(now, 1000)
             .await
             .map_err(internal)?;
@@ -1237,7 +1243,7 @@ impl App {
 
     async fn seal_abandoned(&self, turn: &TurnRecord, now: Timestamp) -> Result<bool, Problem> {
         let mut attempts = self
-            .store
+            .conversations
             .attempts(&turn.caller_scope, &turn.conversation_id, &turn.request_id)
             .await
             .map_err(internal)?;
@@ -1246,13 +1252,16 @@ impl App {
                 attempt.record["outcome"] =
                     json!(AttemptOutcome::ProviderOutcomeUncertain.as_str());
                 attempt.updated_at = now;
-                self.store.put_attempt(attempt).await.map_err(internal)?;
+                self.conversations
+                    .put_attempt(attempt)
+                    .await
+                    .map_err(internal)?;
             }
         }
         let outcome = blocked_by(AttemptOutcome::ProviderOutcomeUncertain);
         let records = attempts.iter().map(|a| a.record.clone()).collect();
         let answer = answer_of(turn, &outcome, records);
-        self.store
+        self.conversations
             .seal_turn(&SealTurn {
                 caller_scope: turn.caller_scope.clone(),
                 conversation_id: turn.conversation_id.clone(),
@@ -1444,6 +1453,7 @@ fn server_exception(
     grant: &Value,
     plan: Option<&RoutePlan>,
     steps: &[Step],
+    attempt_timeout: Duration,
 ) -> Value {
     let choices: Vec<Value> = steps
         .iter()
@@ -1480,7 +1490,7 @@ fn server_exception(
         "effect": "proposal_only",
         "payer": "operator",
         "grant": grant,
-        "timeout_ms": ATTEMPT_TIMEOUT.as_millis() as u64,
+        "timeout_ms": attempt_timeout.as_millis() as u64,
         "retry_policy": "none: one request per attempt, never retried; an unfinished turn is sealed as provider_outcome_uncertain after two minutes",
     });
     if let (Some(first), [_]) = (choices.first(), steps) {

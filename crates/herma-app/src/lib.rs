@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use herma_core::settings::Settings;
 use herma_providers::Upstream;
+use herma_store::conversations::ConversationStore;
 use herma_store::{Runtime, Store};
 
 use clock::Random;
@@ -77,6 +78,12 @@ pub struct App {
     /// The governed ports operator-funded turns run their attempts through (none until
     /// [`App::with_governed`]; turns are then unavailable).
     pub governed: Option<herma_store::governed::GovernedPorts>,
+    /// Where conversations, their turns and attempts, the ledger and provider health are kept:
+    /// the store natively; at the edge the Durable Object that serves turns.
+    pub conversations: Arc<dyn ConversationStore>,
+    /// How long one conversation attempt may take at most (never past the turn's boundary):
+    /// [`conversations::ATTEMPT_TIMEOUT`] natively, 25 seconds at the edge.
+    pub attempt_timeout: std::time::Duration,
 }
 
 impl App {
@@ -112,6 +119,8 @@ impl App {
         });
         let preview_limit = RateLimiter::new(settings.preview_rate_per_minute, clock.clone());
         Self {
+            conversations: store.clone(),
+            attempt_timeout: conversations::ATTEMPT_TIMEOUT,
             store,
             clock,
             random,
@@ -132,6 +141,20 @@ impl App {
     /// Runs conversation attempts through `ports` (the same database as the store).
     pub fn with_governed(mut self, ports: herma_store::governed::GovernedPorts) -> Self {
         self.governed = Some(ports);
+        self
+    }
+
+    /// Keeps conversations in `store` and runs their attempts through `ports`, with each
+    /// attempt bounded by `attempt_timeout`: at the edge, the Durable Object that serves turns.
+    pub fn with_conversations(
+        mut self,
+        store: Arc<dyn ConversationStore>,
+        ports: herma_store::governed::GovernedPorts,
+        attempt_timeout: std::time::Duration,
+    ) -> Self {
+        self.conversations = store;
+        self.governed = Some(ports);
+        self.attempt_timeout = attempt_timeout;
         self
     }
 

@@ -470,6 +470,9 @@ mod tests {
         fn sleep(&self, duration: Duration) -> herma_store::runtime::Sleep {
             herma_store::TokioRuntime.sleep(duration)
         }
+        fn monotonic(&self) -> Duration {
+            herma_store::TokioRuntime.monotonic()
+        }
         fn long_lived(&self) -> bool {
             false
         }

@@ -68,7 +68,12 @@ fn key() -> String {
 }
 
 fn text_runner(ports: GovernedPorts) -> SingleCallRunner {
-    let mut config = SingleCallConfig::new(ports, Arc::new(Immediate), "claude-bench");
+    let mut config = SingleCallConfig::new(
+        ports,
+        Arc::new(Immediate),
+        "claude-bench",
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     config.prices = Prices {
         input_per_mtok: 3_000_000,
         output_per_mtok: 15_000_000,
@@ -146,8 +151,12 @@ fn engine(c: &mut Criterion) {
     });
 
     let step_ports = GovernedPorts::uniform(Arc::new(MemoryGovernedStore::new()));
-    let step =
-        GovernedStepRunner::new(StepConfig::new(step_ports.clone(), Arc::new(Immediate))).unwrap();
+    let step = GovernedStepRunner::new(StepConfig::new(
+        step_ports.clone(),
+        Arc::new(Immediate),
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    ))
+    .unwrap();
     let scope = CallerScope::system_builtin();
     rt.block_on(async {
         let root = RootRecord {

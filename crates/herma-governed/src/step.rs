@@ -9,8 +9,8 @@ use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
 use herma_core::time::Clock;
 use herma_core::{CallerScope, Timestamp};
 use herma_providers::single::ModelClient;
-use herma_store::SystemClock;
 use herma_store::governed::{CallReservation, GovernedPorts, RootStatus};
+use herma_store::{Runtime, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LoadFailure, MAX_ID, MAX_KEY, Mode, Plan, call_id, check_id, day_of};
@@ -31,6 +31,8 @@ pub struct StepConfig {
     /// Named alternatives a planned call may name (`OperationCallInput::client`).
     pub clients: std::collections::BTreeMap<String, Arc<dyn ModelClient>>,
     pub clock: Arc<dyn Clock>,
+    /// Where detached work runs and what the run's bounds wait by.
+    pub runtime: Arc<dyn Runtime>,
     /// Bounds every run (at most ten minutes).
     pub run_timeout: Duration,
     pub max_request_chars: usize,
@@ -54,12 +56,19 @@ impl std::fmt::Debug for StepConfig {
 }
 
 impl StepConfig {
-    pub fn new(ports: GovernedPorts, client: Arc<dyn ModelClient>) -> Self {
+    /// The defaults around what every runner needs: its ports, its client and the runtime
+    /// it runs on (`TokioRuntime` natively).
+    pub fn new(
+        ports: GovernedPorts,
+        client: Arc<dyn ModelClient>,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
         Self {
             ports,
             client,
             clients: Default::default(),
             clock: Arc::new(SystemClock),
+            runtime,
             run_timeout: Duration::from_secs(300),
             max_request_chars: 400_000,
             max_output_chars: None,
@@ -211,6 +220,7 @@ impl GovernedStepRunner {
         let engine = Engine {
             ports: config.ports.clone(),
             clock: config.clock.clone(),
+            runtime: config.runtime.clone(),
             retention_ms: i64::try_from(config.result_retention.as_millis()).unwrap_or(i64::MAX),
             on_background_error: config.on_background_error.clone(),
             drain_limit: config.drain_limit,
@@ -328,7 +338,7 @@ impl GovernedStepRunner {
 
         let now = self.engine.clock.now();
         let remaining = call.deadline_at.as_millis().saturating_sub(now.as_millis());
-        let start = tokio::time::Instant::now();
+        let start = self.engine.runtime.monotonic();
         let deadline = start + Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
         let meta = CallMeta {
             identity: Identity {

@@ -8,8 +8,8 @@ use herma_core::CallerScope;
 use herma_core::call::{Controls, ModelRequest, Msg, ToolChoice, ToolSpec};
 use herma_core::time::Clock;
 use herma_providers::single::ModelClient;
-use herma_store::SystemClock;
 use herma_store::governed::{GovernedPorts, RootOpen, RootRecord, RootStatus};
+use herma_store::{Runtime, SystemClock};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -69,6 +69,8 @@ pub struct StructuredConfig {
     pub max_consecutive_reasoning: Option<u32>,
     pub ports: GovernedPorts,
     pub clock: Arc<dyn Clock>,
+    /// Where detached work runs and what the deadline waits by.
+    pub runtime: Arc<dyn Runtime>,
     pub drain_limit: Duration,
 }
 
@@ -87,6 +89,7 @@ impl StructuredConfig {
         model: &str,
         tools: Vec<ToolSpec>,
         tool_choice: Option<ToolChoice>,
+        runtime: Arc<dyn Runtime>,
     ) -> Self {
         Self {
             policy_version: "policy-1".to_owned(),
@@ -113,6 +116,7 @@ impl StructuredConfig {
             max_consecutive_reasoning: None,
             ports,
             clock: Arc::new(SystemClock),
+            runtime,
             drain_limit: Duration::from_secs(600),
         }
     }
@@ -266,7 +270,11 @@ impl StructuredCallRunner {
             .client
             .validate(&probe)
             .map_err(|u| GovernedError::config(&u.field, u.reason))?;
-        let mut step = StepConfig::new(config.ports.clone(), config.client.clone());
+        let mut step = StepConfig::new(
+            config.ports.clone(),
+            config.client.clone(),
+            config.runtime.clone(),
+        );
         step.clients = config.clients.clone();
         step.clock = config.clock.clone();
         step.run_timeout = config.deadline;
@@ -424,7 +432,7 @@ impl StructuredCallRunner {
         let handler = self.step.on_background_error().clone();
         let scope = run.scope;
         let clock = self.step.clock().clone();
-        tokio::spawn(async move {
+        self.config.runtime.spawn(Box::pin(async move {
             if let Err(err) = trees.close_root(&scope, &root_key, clock.now()).await {
                 handler(&BackgroundError {
                     operation_key: root_key,
@@ -432,7 +440,7 @@ impl StructuredCallRunner {
                     message: err.to_string(),
                 });
             }
-        });
+        }));
         outcome
     }
 

@@ -8,8 +8,8 @@ use herma_core::CallerScope;
 use herma_core::call::{Controls, ModelRequest, Msg, OutputSchema, ToolChoice};
 use herma_core::time::Clock;
 use herma_providers::single::ModelClient;
-use herma_store::SystemClock;
 use herma_store::governed::GovernedPorts;
+use herma_store::{Runtime, SystemClock};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +77,8 @@ pub struct SingleCallConfig {
     pub tool_choice: Option<ToolChoice>,
     pub ports: GovernedPorts,
     pub clock: Arc<dyn Clock>,
+    /// Where detached work runs and what the deadline waits by.
+    pub runtime: Arc<dyn Runtime>,
     /// How long a dispatched stream is drained at most.
     pub drain_limit: Duration,
 }
@@ -91,8 +93,14 @@ impl std::fmt::Debug for SingleCallConfig {
 }
 
 impl SingleCallConfig {
-    /// Sane defaults around the three things every runner needs.
-    pub fn new(ports: GovernedPorts, client: Arc<dyn ModelClient>, model: &str) -> Self {
+    /// Sane defaults around the four things every runner needs (the runtime it runs on is
+    /// `TokioRuntime` natively).
+    pub fn new(
+        ports: GovernedPorts,
+        client: Arc<dyn ModelClient>,
+        model: &str,
+        runtime: Arc<dyn Runtime>,
+    ) -> Self {
         Self {
             policy_version: "policy-1".to_owned(),
             price_version: "prices-1".to_owned(),
@@ -117,6 +125,7 @@ impl SingleCallConfig {
             tool_choice: None,
             ports,
             clock: Arc::new(SystemClock),
+            runtime,
             drain_limit: Duration::from_secs(600),
         }
     }
@@ -263,6 +272,7 @@ impl SingleCallRunner {
         let engine = Engine {
             ports: config.ports.clone(),
             clock: config.clock.clone(),
+            runtime: config.runtime.clone(),
             retention_ms: i64::try_from(config.result_retention.as_millis()).unwrap_or(i64::MAX),
             on_background_error: config.on_background_error.clone(),
             drain_limit: config.drain_limit,
@@ -335,7 +345,7 @@ impl SingleCallRunner {
             operation_key: run.operation_key,
             meta,
             deadline_at: now.plus_millis(deadline_ms),
-            deadline: tokio::time::Instant::now() + config.deadline,
+            deadline: self.engine.runtime.monotonic() + config.deadline,
             timeout: None,
             caps: config.caps,
             max_output_chars: config.max_output_chars,

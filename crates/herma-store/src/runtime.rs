@@ -20,6 +20,9 @@ pub trait Runtime: Send + Sync + Debug {
     fn spawn(&self, task: Task) -> bool;
     /// Resolves once `duration` has passed.
     fn sleep(&self, duration: Duration) -> Sleep;
+    /// The time on the clock [`Runtime::sleep`] waits by, from an origin of the runtime's
+    /// choosing: it never goes back. Deadlines are points on it.
+    fn monotonic(&self) -> Duration;
     /// Whether a task may outlive the request that started it (a writer draining its queue for
     /// the life of the process). True natively; false on a Worker, whose timers and tasks stop
     /// with their request: there each piece of background work is a task of its own request.
@@ -48,6 +51,13 @@ impl Runtime for TokioRuntime {
 
     fn sleep(&self, duration: Duration) -> Sleep {
         Box::pin(tokio::time::sleep(duration))
+    }
+
+    /// Since the first reading in this process, on tokio's clock (paused in tests too).
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        let now = tokio::time::Instant::now();
+        now.saturating_duration_since(*ORIGIN.get_or_init(|| now))
     }
 }
 
@@ -88,6 +98,11 @@ impl InFlight {
     }
 }
 
+/// Resolves at `deadline` on `runtime`'s monotonic clock (at once when it has passed).
+pub fn sleep_until(runtime: &dyn Runtime, deadline: Duration) -> Sleep {
+    runtime.sleep(deadline.saturating_sub(runtime.monotonic()))
+}
+
 /// Runs `future`, giving up after `limit` on `runtime`'s clock (`None`).
 pub async fn timeout<T>(
     runtime: &dyn Runtime,
@@ -116,6 +131,19 @@ mod tests {
         })
         .await;
         assert_eq!(slow, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_monotonic_clock_is_the_one_sleeps_wait_by() {
+        let runtime = TokioRuntime;
+        let start = runtime.monotonic();
+        runtime.sleep(Duration::from_secs(5)).await;
+        assert_eq!(runtime.monotonic() - start, Duration::from_secs(5));
+        sleep_until(&runtime, start + Duration::from_secs(8)).await;
+        assert_eq!(runtime.monotonic() - start, Duration::from_secs(8));
+        // A deadline already passed resolves at once.
+        sleep_until(&runtime, start).await;
+        assert_eq!(runtime.monotonic() - start, Duration::from_secs(8));
     }
 
     #[test]

@@ -43,16 +43,17 @@ pub enum NoTx {}
 
 /// One column's value as D1 returned it.
 #[derive(Debug, Clone, PartialEq)]
-enum Cell {
+pub(crate) enum Cell {
     Null,
     Number(f64),
     Text(String),
     Bytes(Vec<u8>),
 }
 
-/// A row: its columns by name.
+/// A row as JavaScript returned it (D1 and a Durable Object's SQLite alike): its columns by
+/// name.
 #[derive(Debug)]
-pub struct D1Row {
+pub struct JsRow {
     cells: Vec<(Arc<str>, Cell)>,
 }
 
@@ -64,7 +65,7 @@ fn wrong_type(column: &str, wanted: &str) -> StoreError {
     StoreError::Corrupt(format!("column `{column}` is not {wanted}"))
 }
 
-impl D1Row {
+impl JsRow {
     fn cell(&self, column: &str) -> StoreResult<&Cell> {
         self.cells
             .iter()
@@ -82,7 +83,7 @@ fn integer(column: &str, n: f64) -> StoreResult<i64> {
     }
 }
 
-impl SqlRow for D1Row {
+impl SqlRow for JsRow {
     fn text(&self, column: &str) -> StoreResult<String> {
         self.opt_text(column)?
             .ok_or_else(|| wrong_type(column, "text"))
@@ -123,7 +124,7 @@ fn d1_error(err: impl std::fmt::Display) -> StoreError {
 
 /// A result row as the JavaScript object D1 returned.
 #[derive(Deserialize)]
-struct RawRow(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
+pub(crate) struct RawRow(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
 
 fn cell(value: JsValue) -> StoreResult<Cell> {
     if value.is_null() || value.is_undefined() {
@@ -158,7 +159,7 @@ fn cell(value: JsValue) -> StoreResult<Cell> {
     Err(d1_error("a column of an unknown type"))
 }
 
-fn rows(raw: Vec<RawRow>) -> StoreResult<Vec<D1Row>> {
+pub(crate) fn rows(raw: Vec<RawRow>) -> StoreResult<Vec<JsRow>> {
     let mut names: Vec<Arc<str>> = Vec::new();
     raw.into_iter()
         .map(|RawRow(object)| {
@@ -185,18 +186,18 @@ fn rows(raw: Vec<RawRow>) -> StoreResult<Vec<D1Row>> {
                 };
                 cells.push((name, cell(entry.get(1))?));
             }
-            Ok(D1Row { cells })
+            Ok(JsRow { cells })
         })
         .collect()
 }
 
-fn js_arg(arg: Arg<'_>) -> StoreResult<JsValue> {
+pub(crate) fn js_arg(arg: Arg<'_>) -> StoreResult<JsValue> {
     Ok(match arg {
         Arg::Int(None) | Arg::Text(None) => JsValue::NULL,
         Arg::Int(Some(n)) if (-MAX_SAFE..=MAX_SAFE).contains(&n) => JsValue::from_f64(n as f64),
         Arg::Int(Some(n)) => {
             return Err(StoreError::Backend(format!(
-                "D1 holds integers within ±2^53; {n} is beyond"
+                "D1 and Durable Objects hold integers within ±2^53; {n} is beyond"
             )));
         }
         Arg::Text(Some(text)) => JsValue::from_str(&text),
@@ -230,7 +231,7 @@ fn no_transactions() -> StoreError {
 
 #[async_trait]
 impl Backend for D1Backend {
-    type Row = D1Row;
+    type Row = JsRow;
     type Tx = NoTx;
 
     const NAME: &'static str = "d1";
@@ -255,7 +256,7 @@ impl Backend for D1Backend {
         Cow::Borrowed(sql)
     }
 
-    async fn fetch(&self, query: Query<'_>) -> StoreResult<Vec<D1Row>> {
+    async fn fetch(&self, query: Query<'_>) -> StoreResult<Vec<JsRow>> {
         let statement = self.prepare(query)?;
         SendFuture::new(async move {
             let result = statement.all().await.map_err(d1_error)?;
@@ -264,7 +265,7 @@ impl Backend for D1Backend {
         .await
     }
 
-    async fn fetch_optional(&self, query: Query<'_>) -> StoreResult<Option<D1Row>> {
+    async fn fetch_optional(&self, query: Query<'_>) -> StoreResult<Option<JsRow>> {
         Ok(self.fetch(query).await?.into_iter().next())
     }
 
@@ -278,7 +279,7 @@ impl Backend for D1Backend {
         .await
     }
 
-    async fn batch(&self, queries: Vec<Query<'_>>) -> StoreResult<Vec<Vec<D1Row>>> {
+    async fn batch(&self, queries: Vec<Query<'_>>) -> StoreResult<Vec<Vec<JsRow>>> {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
@@ -308,7 +309,7 @@ impl Backend for D1Backend {
         ))
     }
 
-    async fn fetch_in(tx: &mut NoTx, _query: Query<'_>) -> StoreResult<Vec<D1Row>> {
+    async fn fetch_in(tx: &mut NoTx, _query: Query<'_>) -> StoreResult<Vec<JsRow>> {
         match *tx {}
     }
 

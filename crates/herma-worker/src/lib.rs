@@ -10,14 +10,17 @@
 //! Records live in the D1 database bound as `DB` ([`d1::D1Backend`]: the native SQLite store's
 //! statements on D1). Without that binding the Worker keeps them in the isolate's memory
 //! (`MemoryStore`, for trying it out: nothing survives an isolate's restart) and `/healthz`
-//! says `memory`. Conversation turns are unavailable at the edge yet (no governed ports);
-//! `docs/deploy-cloudflare.md` says what works.
+//! says `memory`. Conversation routes go to the `WorkReasoningBudget` Durable Object bound as
+//! `WORK_REASONING_BUDGET` ([`budget`]), which keeps conversations in its own SQLite database;
+//! without that binding turns are unavailable. `docs/deploy-cloudflare.md` says what works.
 
 #![cfg(target_arch = "wasm32")]
 
 mod body;
+mod budget;
 mod clock;
 mod d1;
+mod dosql;
 mod runtime;
 mod upstream;
 
@@ -66,6 +69,11 @@ async fn fetch(
             }
         },
     };
+    if budget::serves(req.uri().path())
+        && let Ok(namespace) = env.durable_object(budget::BINDING)
+    {
+        return budget::forward(&namespace, req).await;
+    }
     let response = router.call(read_small_body(req).await).await?;
     let (done, ended) = tokio::sync::oneshot::channel();
     let response = response.map(|b| axum::body::Body::new(body::OnEnd::new(b, done)));
@@ -89,7 +97,7 @@ const READ_AHEAD: u64 = 1 << 20;
 /// the connection such a request came on then sometimes stalled, and the next request on it
 /// got no answer; a body already read leaves nothing behind. A large or undeclared body is
 /// streamed, so the route's own limits still apply to it as it arrives.
-async fn read_small_body(req: HttpRequest) -> axum::http::Request<axum::body::Body> {
+pub(crate) async fn read_small_body(req: HttpRequest) -> axum::http::Request<axum::body::Body> {
     let declared = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
@@ -165,7 +173,7 @@ fn settings(env: &Env) -> Result<Settings, Problem> {
     })
 }
 
-fn unavailable(detail: String) -> Problem {
+pub(crate) fn unavailable(detail: String) -> Problem {
     Problem::new(ProblemCode::Unavailable, detail)
 }
 
@@ -185,6 +193,12 @@ async fn store(env: &Env) -> Result<Arc<dyn Store>, Problem> {
 const LOCAL_MODEL: &str = "the in-process embedding model (HERMA_EMBED_MODEL_DIR) does not run in a Worker: semantic rules need a remote endpoint (HERMA_EMBED_URL, HERMA_EMBED_MODEL)";
 
 async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
+    let app = Arc::new(app(env).await?);
+    Ok((app.clone(), herma_server::router(app)))
+}
+
+/// The app on the environment's settings, store, fetch and tiers, its starters loaded.
+pub(crate) async fn app(env: &Env) -> Result<App, Problem> {
     let settings = settings(env)?;
     // The store first: a database that is behind refuses before any model is called.
     let store = store(env).await?;
@@ -209,6 +223,5 @@ async fn build(env: &Env) -> Result<(Arc<App>, Router), Problem> {
     app.load_starters()
         .await
         .map_err(|p| unavailable(format!("loading the starters: {}", p.detail)))?;
-    let app = Arc::new(app);
-    Ok((app.clone(), herma_server::router(app)))
+    Ok(app)
 }

@@ -20,6 +20,12 @@ impl Runtime for EdgeRuntime {
         Box::pin(SendFuture::new(worker::Delay::from(duration)))
     }
 
+    /// `Date.now()`: a Worker's clock stands still while it computes and moves between its
+    /// I/O waits, which is when a deadline can pass.
+    fn monotonic(&self) -> Duration {
+        Duration::from_millis(js_sys::Date::now().max(0.0) as u64)
+    }
+
     /// A Worker's timers and tasks stop with the request that started them.
     fn long_lived(&self) -> bool {
         false

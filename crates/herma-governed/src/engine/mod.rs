@@ -45,13 +45,12 @@ use herma_core::call::ModelRequest;
 use herma_core::time::Clock;
 use herma_core::{CallerScope, Timestamp};
 use herma_providers::single::ModelClient;
-use herma_store::StoreError;
 use herma_store::governed::{
     AuditEvent, ExecutionRecord, ExecutionStatus, GovernedPorts, NotDispatchedCause,
 };
+use herma_store::{Runtime, StoreError};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use crate::types::{
     BackgroundError, BackgroundErrorHandler, CallMeta, CallView, Caps, GovernedError, JournalEntry,
@@ -87,10 +86,10 @@ pub(crate) struct Plan {
     pub operation_key: String,
     pub meta: CallMeta,
     pub deadline_at: Timestamp,
-    /// The deadline on the runtime clock.
-    pub deadline: Instant,
-    /// The runner's own timeout (step runner), if any.
-    pub timeout: Option<Instant>,
+    /// The deadline on the runtime's monotonic clock.
+    pub deadline: Duration,
+    /// The runner's own timeout (step runner), if any, on the same clock.
+    pub timeout: Option<Duration>,
     pub caps: Caps,
     pub max_output_chars: usize,
     pub mode: Mode,
@@ -106,11 +105,14 @@ impl Plan {
     }
 }
 
-/// A runner's engine: its ports and clock, the result retention, the background-error
-/// callback and the drain limit, fixed at the runner's construction.
+/// A runner's engine: its ports, clock and runtime, the result retention, the
+/// background-error callback and the drain limit, fixed at the runner's construction.
 pub(crate) struct Engine {
     pub ports: GovernedPorts,
     pub clock: Arc<dyn Clock>,
+    /// Where detached work runs and what bounds wait by (never tokio's directly, so the
+    /// engine runs in a Worker too).
+    pub runtime: Arc<dyn Runtime>,
     pub retention_ms: i64,
     pub on_background_error: BackgroundErrorHandler,
     /// How long phase B waits at most, from the dispatch to the stream's end.

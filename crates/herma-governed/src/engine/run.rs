@@ -15,8 +15,8 @@ use herma_store::StoreError;
 use herma_store::governed::{
     Claim, ExecutionRecord, ExecutionStatus, NotDispatchedCause, ResultSlot,
 };
+use herma_store::runtime::sleep_until;
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Engine, LoadFailure, Mode, Plan, RequestFuture, Swap, to_meta};
@@ -69,18 +69,16 @@ impl Drop for Detach {
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let engine = self.engine.clone();
         let key = std::mem::take(&mut self.operation_key);
-        runtime.spawn(async move {
+        let runtime = engine.runtime.clone();
+        runtime.spawn(Box::pin(async move {
             if let Err(err) = phase_b.await
                 && !matches!(err, GovernedError::Interrupted { .. })
             {
                 engine.background(&key, "drain", err.to_string());
             }
-        });
+        }));
     }
 }
 
@@ -100,15 +98,16 @@ impl Drop for AbandonOnDrop {
         }
         self.state.phase.store(INTERRUPTED, Ordering::SeqCst);
         let claimed = self.state.claimed.lock().ok().and_then(|c| c.clone());
-        let (Some(record), Ok(runtime)) = (claimed, tokio::runtime::Handle::try_current()) else {
+        let Some(record) = claimed else {
             return;
         };
         let engine = self.engine.clone();
-        runtime.spawn(async move {
+        let runtime = engine.runtime.clone();
+        runtime.spawn(Box::pin(async move {
             let _ = engine
                 .not_dispatched(&record, Some(NotDispatchedCause::Aborted), None)
                 .await;
-        });
+        }));
     }
 }
 
@@ -164,16 +163,16 @@ impl Engine {
         });
         let bounds = {
             let cancel = cancel.clone();
-            let deadline = plan.deadline;
-            let timeout = plan.timeout;
+            let deadline = sleep_until(&*self.runtime, plan.deadline);
+            let timeout = plan.timeout.map(|t| sleep_until(&*self.runtime, t));
             async move {
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => Interruption::Cancelled,
-                    _ = tokio::time::sleep_until(deadline) => Interruption::Deadline,
+                    _ = deadline => Interruption::Deadline,
                     _ = async {
                         match timeout {
-                            Some(t) => tokio::time::sleep_until(t).await,
+                            Some(t) => t.await,
                             None => std::future::pending().await,
                         }
                     } => Interruption::Timeout,
@@ -182,7 +181,7 @@ impl Engine {
         };
         tokio::pin!(bounds);
 
-        if Instant::now() >= plan.deadline {
+        if self.runtime.monotonic() >= plan.deadline {
             // Past its deadline a new call is refused; a replay still answers.
             if let Some(existing) = self
                 .ports
@@ -452,7 +451,7 @@ impl Engine {
         state: &RunState,
     ) -> Result<RunOutcome, GovernedError> {
         let bound_passed = || {
-            let now = Instant::now();
+            let now = self.runtime.monotonic();
             if cancel.is_cancelled() {
                 Some(Interruption::Cancelled)
             } else if plan.timeout.is_some_and(|t| now >= t) {
@@ -520,7 +519,7 @@ impl Engine {
         });
         let mut stream_error: Option<ProviderError> = None;
         let mut usage_reports = 0u32;
-        let drain_until = Instant::now() + self.drain_limit;
+        let drain_until = self.runtime.monotonic() + self.drain_limit;
         let mut request = request;
         request.call = Some(CallTag {
             call_id: plan.meta.call_id.clone(),
@@ -528,7 +527,7 @@ impl Engine {
         });
         let dispatched = tokio::select! {
             dispatched = plan.client.dispatch(&request) => dispatched,
-            _ = tokio::time::sleep_until(drain_until) => {
+            _ = sleep_until(&*self.runtime, drain_until) => {
                 Err(ProviderError::Transport("the drain limit passed before the stream began".into()))
             }
         };
@@ -537,7 +536,7 @@ impl Engine {
             Ok(mut stream) => loop {
                 let next = tokio::select! {
                     next = stream.next() => next,
-                    _ = tokio::time::sleep_until(drain_until) => {
+                    _ = sleep_until(&*self.runtime, drain_until) => {
                         stream_error = Some(ProviderError::Transport("the drain limit passed".into()));
                         break;
                     }

@@ -142,6 +142,7 @@ fn structured(url: &str) -> StructuredCallRunner {
         Some(ToolChoice::Tool {
             name: "extract_record".into(),
         }),
+        std::sync::Arc::new(herma_store::TokioRuntime),
     );
     config.prices = prices();
     config.clock = clock();
@@ -254,7 +255,12 @@ fn text_runner(client: SingleDispatchClient, output: Option<OutputContract>) -> 
     let ports = herma_governed::ports::GovernedPorts::uniform(Arc::new(
         herma_store::MemoryGovernedStore::new(),
     ));
-    let mut config = SingleCallConfig::new(ports, Arc::new(client), "gpt-test");
+    let mut config = SingleCallConfig::new(
+        ports,
+        Arc::new(client),
+        "gpt-test",
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     config.system = Some("Be brief.".into());
     config.prices = prices();
     config.clock = clock();

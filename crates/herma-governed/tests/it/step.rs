@@ -32,7 +32,11 @@ pub fn step_config(
     client: Arc<ScriptedClient>,
     clock: Arc<herma_core::time::ManualClock>,
 ) -> StepConfig {
-    let mut config = StepConfig::new(ports, client);
+    let mut config = StepConfig::new(
+        ports,
+        client,
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     config.clock = clock;
     config.run_timeout = Duration::from_secs(30);
     config.max_consecutive_reasoning = Some(3);

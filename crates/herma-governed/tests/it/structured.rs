@@ -39,6 +39,7 @@ fn structured_config(
         Some(ToolChoice::Tool {
             name: "extract_record".into(),
         }),
+        std::sync::Arc::new(herma_store::TokioRuntime),
     );
     config.prices = prices();
     config.clock = clock;
@@ -307,7 +308,14 @@ async fn tools_are_validated_at_construction() {
         name: "bad name".into(),
         ..extract_tool()
     };
-    let config = StructuredConfig::new(ports.clone(), client.clone(), "m", vec![bad_name], None);
+    let config = StructuredConfig::new(
+        ports.clone(),
+        client.clone(),
+        "m",
+        vec![bad_name],
+        None,
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     assert!(matches!(
         StructuredCallRunner::new(config),
         Err(GovernedError::Config { field, .. }) if field == "tools[0].name"
@@ -322,6 +330,7 @@ async fn tools_are_validated_at_construction() {
         "m",
         vec![extract_tool(), twin],
         None,
+        std::sync::Arc::new(herma_store::TokioRuntime),
     );
     assert!(matches!(
         StructuredCallRunner::new(config),
@@ -335,6 +344,7 @@ async fn tools_are_validated_at_construction() {
         Some(ToolChoice::Tool {
             name: "missing".into(),
         }),
+        std::sync::Arc::new(herma_store::TokioRuntime),
     );
     assert!(matches!(
         StructuredCallRunner::new(config),

@@ -33,7 +33,12 @@ pub fn config(
     client: Arc<ScriptedClient>,
     clock: Arc<herma_core::time::ManualClock>,
 ) -> SingleCallConfig {
-    let mut config = SingleCallConfig::new(ports, client, "claude-test");
+    let mut config = SingleCallConfig::new(
+        ports,
+        client,
+        "claude-test",
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     config.prices = prices();
     config.clock = clock;
     config.system = Some("Answer briefly.".into());
@@ -633,7 +638,12 @@ async fn usage_reconciliation_pages_and_acknowledges_only_durable_accounting(bac
 async fn clients_that_retry_are_refused(backend: Backend) {
     let ports = ports(backend).await;
     let client = ScriptedClient::with_attempts(Protocol::Responses, 3);
-    let config = SingleCallConfig::new(ports, client, "gpt-test");
+    let config = SingleCallConfig::new(
+        ports,
+        client,
+        "gpt-test",
+        std::sync::Arc::new(herma_store::TokioRuntime),
+    );
     assert!(matches!(
         SingleCallRunner::new(config),
         Err(GovernedError::Config { field, .. }) if field == "client"

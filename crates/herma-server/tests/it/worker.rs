@@ -39,6 +39,7 @@ struct Wrangler {
     base: String,
     /// What `.wrangler/tmp` held before this one started.
     tmp_before: Vec<std::ffi::OsString>,
+    stopped: bool,
 }
 
 /// Where `wrangler dev` writes each session's bundle (a copy of the wasm).
@@ -54,6 +55,17 @@ fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
 
 impl Drop for Wrangler {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Wrangler {
+    /// Stops wrangler and the workerd it runs (again: a no-op, so the bundle of a wrangler
+    /// started since is left alone).
+    fn stop(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         // wrangler runs workerd as its child: stop the whole process group.
         let _ = Command::new("kill")
             .arg("-KILL")
@@ -213,6 +225,7 @@ fn spawn_workers(vars: &[(&str, String)], state: &Path, configs: &[PathBuf]) -> 
         child,
         base: format!("http://127.0.0.1:{port}"),
         tmp_before,
+        stopped: false,
     }
 }
 
@@ -559,8 +572,10 @@ fn comparable(mut answer: Answer, ids: &[(&str, &str)]) -> Answer {
             Value::Object(map) => {
                 for (name, v) in map.iter_mut() {
                     // Times, and receipt ids (random), differ by design.
-                    let own =
-                        name.ends_with("_at") || name.ends_with("_seen") || name == "receipt_id";
+                    let own = name.ends_with("_at")
+                        || name.ends_with("_seen")
+                        || name == "as_of"
+                        || name == "receipt_id";
                     if own && (v.is_string() || v.is_number()) {
                         *v = json!("…");
                     } else {
@@ -1262,4 +1277,451 @@ async fn the_worker_reads_tessera_through_its_service_binding() {
         "{}",
         report.body
     );
+}
+
+/// `answer`, comparable across runtimes (see [`comparable`]), with the attempt bound each
+/// runtime records in a turn's `server_exception` checked and then written as `…`: 100 s
+/// natively, the seed's 25-second dispatch at the edge.
+fn comparable_turn(answer: Answer, ids: &[(&str, &str)], timeout_ms: u64) -> Answer {
+    let mut answer = comparable(answer, ids);
+    let marker = format!("\"timeout_ms\":{timeout_ms}");
+    let other = if timeout_ms == 25_000 {
+        100_000
+    } else {
+        25_000
+    };
+    assert!(
+        !answer.body.contains(&format!("\"timeout_ms\":{other}")),
+        "a turn records its own runtime's attempt bound: {}",
+        answer.body
+    );
+    answer.body = answer.body.replace(&marker, "\"timeout_ms\":\"…\"");
+    answer
+}
+
+/// A native server and the Worker with conversation turns on, each with a key granted the
+/// meta provider (through `mock`) holding the contract, and a key without a grant.
+struct TurnPair {
+    mock: herma_test_support::mock_providers::MockProvider,
+    native: TestApp,
+    worker: Wrangler,
+    /// The Worker's settings, to start it again.
+    edge_vars: Vec<(&'static str, String)>,
+    state: PathBuf,
+    /// (native, edge) keys: the granted one and the other.
+    granted: (String, String),
+    other: (String, String),
+    /// Each key id with the name the comparison writes for it.
+    ids: Vec<(String, &'static str)>,
+}
+
+impl TurnPair {
+    async fn start(extra: &[(&str, &str)]) -> Self {
+        use crate::conversations::{contract, settings as turn_settings};
+        use herma_test_support::mock_providers::{Kind, MockProvider};
+        use herma_test_support::{fresh_stores, spawn_app_with};
+
+        let mock = MockProvider::start(Kind::Meta).await;
+        // Grants name key ids, which are random: each runtime issues its keys first, then
+        // starts again with a grant for the first one (the second has none).
+        let stores = fresh_stores(Backend::Sqlite).await;
+        let admin = [("HERMA_ADMIN_TOKEN", ADMIN)];
+        let first = spawn_app_with(stores.clone(), &admin).await;
+        let scopes = ["route", "configure"];
+        let (home, home_id) = issued_key(&first.url(""), &scopes, Some("claude-code")).await;
+        let (home_other, home_other_id) = issued_key(&first.url(""), &["route"], None).await;
+        first.stop().await;
+        let state = migrated_state();
+        let admin_var = vec![("HERMA_ADMIN_TOKEN", ADMIN.to_owned())];
+        let first = start_worker(&admin_var, &state).await;
+        let (edge, edge_id) = issued_key(&first.base, &scopes, Some("claude-code")).await;
+        let (edge_other, edge_other_id) = issued_key(&first.base, &["route"], None).await;
+        drop(first);
+
+        let granted = |id: &str| {
+            let mut vars = turn_settings(Kind::Meta, &mock, &[id], "5");
+            vars.push(("HERMA_ADMIN_TOKEN".to_owned(), ADMIN.to_owned()));
+            vars.extend(
+                extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            );
+            vars
+        };
+        let home_vars = granted(&home_id);
+        let pairs: Vec<(&str, &str)> = home_vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let native = spawn_app_with(stores, &pairs).await;
+        let edge_vars: Vec<(&'static str, String)> = granted(&edge_id)
+            .into_iter()
+            .map(|(k, v)| (&*k.leak(), v))
+            .collect();
+        let worker = start_worker(&edge_vars, &state).await;
+        for (base, key) in [(native.url(""), &home), (worker.base.clone(), &edge)] {
+            let (stored, _) = call_as(
+                &base,
+                Method::POST,
+                "/v1/context",
+                Some((key, Some("claude-code"))),
+                Some(&contract()),
+            )
+            .await;
+            assert_eq!(stored.status, 201, "{}", stored.body);
+        }
+        Self {
+            mock,
+            native,
+            worker,
+            edge_vars,
+            state,
+            ids: vec![
+                (home_id, "granted"),
+                (edge_id, "granted"),
+                (home_other_id, "other"),
+                (edge_other_id, "other"),
+            ],
+            granted: (home, edge),
+            other: (home_other, edge_other),
+        }
+    }
+
+    fn ids(&self) -> Vec<(&str, &str)> {
+        self.ids
+            .iter()
+            .map(|(id, name)| (id.as_str(), *name))
+            .collect()
+    }
+
+    /// (base, key, harness, the attempt bound its turns record) of each runtime, native first.
+    fn sides(&self, granted: bool) -> [(String, String, Option<&'static str>, u64); 2] {
+        let (home, edge) = if granted { &self.granted } else { &self.other };
+        // The granted key attests its harness, as its callers do.
+        let harness = granted.then_some("claude-code");
+        [
+            (self.native.url(""), home.clone(), harness, 100_000),
+            (self.worker.base.clone(), edge.clone(), harness, 25_000),
+        ]
+    }
+}
+
+fn turn_of(conversation: &str, request: &str, version: u64, message: &str) -> Value {
+    json!({"conversation_id": conversation, "request_id": request, "expected_version": version,
+        "message": message, "context_refs": ["work.review"], "provider": "meta"})
+}
+
+#[tokio::test]
+async fn h17_the_worker_answers_conversation_turns_from_its_durable_object_like_the_native_server()
+{
+    use crate::conversations::review_call;
+    use herma_test_support::mock_providers::Answer as Said;
+
+    let mut pair = TurnPair::start(&[]).await;
+    let turn =
+        |request: &str, version: u64, message: &str| turn_of("work-1", request, version, message);
+    // (what, whether the granted key asks, method, path, body, what the model says first)
+    type Step<'a> = (&'a str, bool, Method, String, Option<Value>, Option<Said>);
+    let granted_turn = |n: &str, v: u64, m: &str| Some(turn(n, v, m));
+    let steps: Vec<Step> = vec![
+        (
+            "a turn without the caller's own grant (H17)",
+            false,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-0", 0, "hello"),
+            None,
+        ),
+        (
+            "a clarification",
+            true,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-1", 0, "Hello. What work can I do today?"),
+            Some(Said::Text("Which document should be reviewed?".into())),
+        ),
+        (
+            "a proposal",
+            true,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-2", 1, "spec.md, within three days"),
+            Some(review_call()),
+        ),
+        (
+            "the replay",
+            true,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-2", 1, "spec.md, within three days"),
+            None,
+        ),
+        (
+            "a reused request id",
+            true,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-2", 1, "something else"),
+            None,
+        ),
+        (
+            "a stale version",
+            true,
+            Method::POST,
+            "/v1/conversations/turn".into(),
+            granted_turn("r-3", 1, "again"),
+            None,
+        ),
+        (
+            "the caller's own view",
+            true,
+            Method::GET,
+            "/v1/conversations/work-1".into(),
+            None,
+            None,
+        ),
+        (
+            "another caller's view",
+            false,
+            Method::GET,
+            "/v1/conversations/work-1".into(),
+            None,
+            None,
+        ),
+    ];
+    let ids = pair.ids();
+    for (what, own, method, path, body, said) in &steps {
+        let mut answers = Vec::new();
+        for (base, key, harness, timeout_ms) in pair.sides(*own) {
+            if let Some(said) = said {
+                pair.mock.answer([said.clone()]);
+            }
+            let (answer, headers) = call_as(
+                &base,
+                method.clone(),
+                path,
+                Some((&key, harness)),
+                body.as_ref(),
+            )
+            .await;
+            let replayed = headers
+                .get("x-herma-replayed")
+                .map(|v| v.to_str().unwrap_or_default().to_owned());
+            answers.push((comparable_turn(answer, &ids, timeout_ms), replayed));
+        }
+        let (home_answer, edge_answer) = (&answers[0], &answers[1]);
+        assert_same(&edge_answer.0, &home_answer.0, what);
+        assert_eq!(edge_answer.1, home_answer.1, "{what}: x-herma-replayed");
+    }
+    // Two model calls on each side: the clarification and the proposal; none for the
+    // refusals and the replay.
+    assert_eq!(pair.mock.calls(), 4);
+
+    // The operator's budget summary reads the same ledger.
+    let (home_budget, _) = call(
+        &pair.native.url(""),
+        Method::GET,
+        "/v1/admin/conversation-budget",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    let (edge_budget, _) = call(
+        &pair.worker.base,
+        Method::GET,
+        "/v1/admin/conversation-budget",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(home_budget.status, 200, "{}", home_budget.body);
+    assert_same(
+        &comparable(edge_budget, &ids),
+        &comparable(home_budget, &ids),
+        "the budget summary",
+    );
+
+    // The conversation lives in the object's storage: a restarted Worker serves it.
+    pair.worker.stop();
+    pair.worker = start_worker(&pair.edge_vars, &pair.state).await;
+    let (view, _) = call_as(
+        &pair.worker.base,
+        Method::GET,
+        "/v1/conversations/work-1",
+        Some((&pair.granted.1, Some("claude-code"))),
+        None,
+    )
+    .await;
+    assert_eq!(view.status, 200, "{}", view.body);
+    let view: Value = serde_json::from_str(&view.body).expect("json");
+    assert_eq!(view["version"], 2);
+    assert_eq!(view["recent_turns"][0]["status"], "sealed");
+}
+
+#[tokio::test]
+async fn the_workers_turns_stop_at_two_active_per_caller_and_each_dispatch_at_25_seconds() {
+    use herma_test_support::mock_providers::Answer as Said;
+
+    let pair = TurnPair::start(&[]).await;
+    let ids = pair.ids();
+    let sides = pair.sides(true);
+    let client = reqwest::Client::builder()
+        // Longer than the edge's 25-second bound, shorter than the native 100 seconds.
+        .timeout(Duration::from_secs(90))
+        .build()
+        .expect("a client");
+    let mut refusals = Vec::new();
+    let mut stalled = Vec::new();
+    for (n, (base, key, harness, timeout_ms)) in sides.iter().enumerate() {
+        // Two turns the model never answers.
+        pair.mock.answer([
+            Said::Stall(Duration::from_secs(3600)),
+            Said::Stall(Duration::from_secs(3600)),
+        ]);
+        let mut pending = Vec::new();
+        for conversation in ["a", "b"] {
+            let request = client
+                .post(format!("{base}/v1/conversations/turn"))
+                .bearer_auth(key)
+                .header("X-Herma-Harness", harness.unwrap_or_default())
+                .json(&turn_of(conversation, "r", 0, "hello"));
+            pending.push(tokio::spawn(request.send()));
+        }
+        while pair.mock.calls() < 2 * (n + 1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A third turn is refused before anything is kept (its new conversation included);
+        // another turn of a conversation being answered, or the same request again, conflicts.
+        let mut answers = Vec::new();
+        for (path, method, body) in [
+            (
+                "/v1/conversations/turn",
+                Method::POST,
+                Some(turn_of("c", "r", 0, "hello")),
+            ),
+            ("/v1/conversations/c", Method::GET, None),
+            (
+                "/v1/conversations/turn",
+                Method::POST,
+                Some(turn_of("a", "r2", 0, "hello")),
+            ),
+            (
+                "/v1/conversations/turn",
+                Method::POST,
+                Some(turn_of("a", "r", 0, "hello")),
+            ),
+        ] {
+            let (answer, _) =
+                call_as(base, method, path, Some((key, *harness)), body.as_ref()).await;
+            answers.push(comparable_turn(answer, &ids, *timeout_ms));
+        }
+        refusals.push(answers);
+        stalled.push(pending);
+    }
+    let what = [
+        "the third active turn",
+        "its conversation",
+        "a busy conversation",
+        "the same request",
+    ];
+    for (at, what) in what.iter().enumerate() {
+        assert_same(&refusals[1][at], &refusals[0][at], what);
+    }
+    let third: Value = serde_json::from_str(&refusals[1][0].body).expect("json");
+    assert_eq!(third["code"], "conversation_limit", "{third}");
+    assert_eq!(third["reason"], "active_turns");
+    assert_eq!(refusals[1][1].status, 404);
+
+    // At the edge each stalled dispatch ends at 25 seconds: a blocked, uncertain answer, never
+    // retried. (The native server's attempts would wait 100 seconds; they are abandoned.)
+    for task in stalled.remove(0) {
+        task.abort();
+    }
+    for task in stalled.remove(0) {
+        let response = task
+            .await
+            .expect("the task")
+            .expect("an answer within 90 seconds");
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.expect("json");
+        assert_eq!(answer["status"], "blocked", "{answer}");
+        assert_eq!(answer["reason"], "provider_outcome_uncertain", "{answer}");
+        assert_eq!(
+            answer["attempts"].as_array().map(Vec::len),
+            Some(1),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        pair.mock.calls(),
+        4,
+        "a stalled dispatch is never sent again"
+    );
+}
+
+#[tokio::test]
+async fn the_workers_alarm_seals_a_turn_its_object_left_unfinished_two_minutes_after_admission() {
+    use herma_test_support::mock_providers::Answer as Said;
+
+    let mut pair = TurnPair::start(&[]).await;
+    let [_, (base, key, harness, _)] = pair.sides(true);
+    let key = (key.as_str(), harness);
+    pair.mock.answer([Said::Stall(Duration::from_secs(3600))]);
+    let stuck = tokio::spawn({
+        let (base, key) = (base.clone(), key.0.to_owned());
+        async move {
+            call_as(
+                &base,
+                Method::POST,
+                "/v1/conversations/turn",
+                Some((&key, harness)),
+                Some(&turn_of("a", "r", 0, "hello")),
+            )
+            .await
+        }
+    });
+    while pair.mock.calls() < 1 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The object stops mid-turn (its Worker is killed): nothing answers the turn, and nothing
+    // in the object's memory survives.
+    pair.worker.stop();
+    stuck.abort();
+    pair.worker = start_worker(&pair.edge_vars, &pair.state).await;
+    let base = pair.worker.base.clone();
+    let (view, _) = call_as(&base, Method::GET, "/v1/conversations/a", Some(key), None).await;
+    let view: Value = serde_json::from_str(&view.body).expect("json");
+    assert_eq!(view["active_request_id"], "r", "{view}");
+
+    // The alarm set at admission seals it two minutes after: wait for it (at most four).
+    let mut sealed = None;
+    for _ in 0..120 {
+        let (view, _) = call_as(&base, Method::GET, "/v1/conversations/a", Some(key), None).await;
+        let view: Value = serde_json::from_str(&view.body).expect("json");
+        if view["recent_turns"][0]["status"] == "sealed" {
+            sealed = Some(view);
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let view = sealed.expect("the alarm sealed the turn within four minutes");
+    assert_eq!(view["active_request_id"], Value::Null, "{view}");
+    assert_eq!(
+        view["recent_turns"][0]["answer"]["reason"], "provider_outcome_uncertain",
+        "{view}"
+    );
+    // Its replay is the sealed answer; the model was called once, never again.
+    let (replay, headers) = call_as(
+        &base,
+        Method::POST,
+        "/v1/conversations/turn",
+        Some(key),
+        Some(&turn_of("a", "r", 0, "hello")),
+    )
+    .await;
+    assert_eq!(replay.status, 200, "{}", replay.body);
+    assert_eq!(headers["x-herma-replayed"], "true");
+    let replay: Value = serde_json::from_str(&replay.body).expect("json");
+    assert_eq!(replay, view["recent_turns"][0]["answer"]);
+    assert_eq!(pair.mock.calls(), 1);
 }
