@@ -717,6 +717,12 @@ impl App {
             run.caller_tokens,
             now,
         );
+        if self.conversations.reserves_in_two_steps() {
+            // The caller's tokens are held before the shared counters answer: an attempt cut
+            // off in between is sealed showing what it held.
+            record["reservation_status"] = json!("pending");
+            self.put_attempt(run, n, &record, now).await?;
+        }
         let mut probing = false;
         let reserved = match &probed {
             None => self.conversations.reserve(&charges).await,

@@ -19,6 +19,7 @@
 
 use async_trait::async_trait;
 use herma_core::{CallerScope, Timestamp};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{StoreError, StoreResult};
@@ -133,7 +134,7 @@ pub struct AttemptRecord {
 }
 
 /// One counter moved by a reservation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerCharge {
     /// `provider:meta`, `caller_tokens:key:…:2026-12-01T12`, …
     pub counter: String,
@@ -152,8 +153,16 @@ impl LedgerCharge {
     }
 }
 
+/// Whether `counter` is one every caller shares (a provider's budget, Ollama's calls of a UTC
+/// day) rather than one caller's own (its conversation ids, active turns, turns and tokens of
+/// an hour). Where callers' records are kept apart (the edge's per-caller objects), the shared
+/// counters stay with the one coordinator.
+pub fn is_shared_counter(counter: &str) -> bool {
+    counter.starts_with("provider:") || counter.starts_with("calls:")
+}
+
 /// What a reservation did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reserved {
     /// Every charge was added.
     All,
@@ -164,7 +173,7 @@ pub enum Reserved {
 pub use herma_core::conversation::health::{HealthRecord, HealthScope};
 
 /// What [`ConversationStore::reserve_probe`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProbeReservation {
     /// The lease is this probe's and every charge was added.
     Admitted,
@@ -406,6 +415,14 @@ pub trait ConversationStore: Send + Sync {
 
     /// Inserts or replaces one attempt's record.
     async fn put_attempt(&self, attempt: &AttemptRecord) -> StoreResult<()>;
+
+    /// Whether [`ConversationStore::reserve`] holds the caller's own counters before the shared
+    /// ones are answered for, in two steps (the edge's per-caller objects and their
+    /// coordinator): the attempt is then recorded as `pending` in between. False where one
+    /// transaction does both.
+    fn reserves_in_two_steps(&self) -> bool {
+        false
+    }
 
     /// Adds every charge, or none when one would pass its ceiling; one transaction. A charge
     /// that brings its counter exactly to the ceiling is added. Charges on one counter add up
@@ -664,6 +681,22 @@ mod tests {
             ]
         );
         assert_eq!(counters(false).len(), 2);
+    }
+
+    #[test]
+    fn only_the_providers_budgets_and_daily_calls_are_shared_counters() {
+        let scope = scope();
+        for shared in ["provider:meta", "calls:ollama:2026-12-01"] {
+            assert!(is_shared_counter(shared), "{shared}");
+        }
+        for own in [
+            conversations_counter(&scope),
+            active_turns_counter(&scope),
+            hourly_turns_counter(&scope, "2026-12-01T12"),
+            format!("caller_tokens:{scope}:2026-12-01T12"),
+        ] {
+            assert!(!is_shared_counter(&own), "{own}");
+        }
     }
 
     #[test]

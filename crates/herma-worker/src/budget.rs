@@ -1,15 +1,19 @@
-//! `WorkReasoningBudget`: the SQLite-backed Durable Object that serves conversation turns at the
-//! edge. The Worker hands it every conversation route (`/v1/conversations/…`, the admin budget
-//! summary); it answers with the same router and services as `herma serve`, its conversations,
-//! turns, attempts, ledger, provider health and governed records in its own database
-//! ([`crate::dosql`]), every other record in D1.
+//! The two SQLite-backed Durable Objects that serve conversation turns at the edge, on the
+//! same router and services as `herma serve`:
 //!
-//! One object holds every caller's turns, so the ceilings, the shared UTC-day Ollama cap, the
-//! health holds and probe leases are exact, as on one native database; each dispatch is bounded
-//! to 25 seconds and never past the turn's two-minute boundary. An alarm does what the native
-//! sweeper does: it seals turns still unfinished two minutes after admission as
-//! `provider_outcome_uncertain` (never retried) and turns conversations past their lifetime
-//! into id/version tombstones; it wakes when the next of those is due.
+//! - `HermaCaller`, one per caller (named by its caller scope), answers that caller's
+//!   conversation routes (`POST /v1/conversations/turn`, `GET /v1/conversations/{id}`) with its
+//!   conversations, turns, attempts, own ledger counters (conversation ids, active turns, turns
+//!   and tokens of an hour) and governed records in its own database ([`crate::dosql`]); every
+//!   other record is D1's. Its alarm does what the native sweeper does: it seals turns still
+//!   unfinished two minutes after admission as `provider_outcome_uncertain` (never retried)
+//!   and turns conversations past their lifetime into id/version tombstones.
+//! - `WorkReasoningBudget`, one, the coordinator: the ledger counters every caller shares
+//!   (providers' budgets, the UTC-day `HERMA_OLLAMA_CALLS_PER_DAY` cap), provider health,
+//!   identity holds and probe leases ([`crate::coordinator`]), and the operator's budget summary
+//!   (`GET /v1/admin/conversation-budget`).
+//!
+//! Each dispatch is bounded to 25 seconds and never past the turn's two-minute boundary.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -18,30 +22,51 @@ use axum::Router;
 use herma_app::App;
 use herma_app::conversations::{EDGE_ATTEMPT_TIMEOUT, SEAL_AFTER_MS};
 use herma_core::problem::Problem;
+use herma_store::conversations::ConversationStore;
 use herma_store::governed::GovernedPorts;
 use tower_service::Service;
-use worker::{DurableObject, Env, HttpRequest, Request, Response, State, durable_object};
+use worker::{
+    DurableObject, Env, HttpRequest, ObjectNamespace, Request, Response, State, durable_object,
+};
 
+use crate::coordinator::{self, Coordinator, Split};
 use crate::dosql::Atomic;
 
-/// The binding the Worker reaches the object by (`wrangler.toml`).
+/// The coordinator's binding (`wrangler.toml`) and its one object's name.
 pub const BINDING: &str = "WORK_REASONING_BUDGET";
-/// The one object's name.
 pub const NAME: &str = "global";
+/// The callers' objects' binding.
+pub const CALLERS: &str = "HERMA_CALLER";
 
-/// The object's app, its conversation ports and its router.
-type Served = (Arc<App>, Arc<Atomic>, Router);
+/// An object's app, its own conversation ports and its router.
+#[derive(Clone)]
+struct Served {
+    app: Arc<App>,
+    ports: Arc<Atomic>,
+    router: Router,
+}
 
-#[durable_object]
-pub struct WorkReasoningBudget {
+/// What both objects share: their state, environment and app (built by the first event).
+struct Object {
     state: State,
     env: Env,
     served: RefCell<Option<Served>>,
 }
 
-impl WorkReasoningBudget {
-    /// The object's app, built by its first event: the Worker's, with conversations here.
-    async fn served(&self) -> Result<Served, Problem> {
+impl Object {
+    fn new(state: State, env: Env) -> Self {
+        Self {
+            state,
+            env,
+            served: RefCell::new(None),
+        }
+    }
+
+    /// The object's app: the Worker's, with conversations on `conversations(own ports)`.
+    async fn served(
+        &self,
+        conversations: impl FnOnce(Arc<Atomic>) -> Result<Arc<dyn ConversationStore>, Problem>,
+    ) -> Result<Served, Problem> {
         if let Some(served) = self.served.borrow().clone() {
             return Ok(served);
         }
@@ -50,14 +75,44 @@ impl WorkReasoningBudget {
                 .map_err(|err| crate::unavailable(format!("the conversation database: {err}")))?,
         );
         let app = crate::app(&self.env).await?.with_conversations(
-            ports.clone(),
+            conversations(ports.clone())?,
             GovernedPorts::uniform(ports.clone()),
             EDGE_ATTEMPT_TIMEOUT,
         );
         let app = Arc::new(app);
-        let served = (app.clone(), ports, herma_server::router(app));
+        let served = Served {
+            app: app.clone(),
+            ports,
+            router: herma_server::router(app),
+        };
         *self.served.borrow_mut() = Some(served.clone());
         Ok(served)
+    }
+
+    /// `req` answered by `served`'s router, whole; with `seals`, the object is woken before a
+    /// posted turn is dispatched (due two minutes from now) and then when the next turn or
+    /// conversation is due.
+    async fn answer(&self, served: Served, req: Request, seals: bool) -> worker::Result<Response> {
+        let req = crate::read_small_body(HttpRequest::try_from(req)?).await;
+        if seals && req.method() == axum::http::Method::POST {
+            // An object that stops mid-turn still seals it.
+            self.wake_by(js_sys::Date::now() as i64 + SEAL_AFTER_MS)
+                .await?;
+        }
+        let mut router = served.router.clone();
+        let response = router.call(req).await?;
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .map_err(|err| worker::Error::RustError(err.to_string()))?;
+        if seals {
+            self.wake_when_due(&served.ports).await?;
+        }
+        served.app.receipts.flush().await;
+        Response::try_from(axum::http::Response::from_parts(
+            parts,
+            axum::body::Body::from(bytes),
+        ))
     }
 
     /// Wakes the object at `at` (Unix milliseconds) unless it is woken sooner.
@@ -89,75 +144,125 @@ impl WorkReasoningBudget {
     }
 }
 
-impl DurableObject for WorkReasoningBudget {
+/// A refusal to serve, as the problem it is.
+fn refused(problem: Problem) -> worker::Result<Response> {
+    worker::console_error!("herma's conversations cannot start: {}", problem.detail);
+    Response::try_from(axum::response::IntoResponse::into_response(
+        herma_server::error::ApiError(problem),
+    ))
+}
+
+#[durable_object]
+pub struct HermaCaller {
+    object: Object,
+}
+
+impl HermaCaller {
+    async fn served(&self) -> Result<Served, Problem> {
+        let coordinator = self.object.env.durable_object(BINDING);
+        self.object
+            .served(|own| {
+                let namespace = coordinator.map_err(|_| {
+                    crate::unavailable(format!("no Durable Object binding `{BINDING}`"))
+                })?;
+                Ok(Arc::new(Split {
+                    own,
+                    shared: Coordinator::new(namespace),
+                }))
+            })
+            .await
+    }
+}
+
+impl DurableObject for HermaCaller {
     fn new(state: State, env: Env) -> Self {
         Self {
-            state,
-            env,
-            served: RefCell::new(None),
+            object: Object::new(state, env),
         }
     }
 
     async fn fetch(&self, req: Request) -> worker::Result<Response> {
-        let (app, ports, mut router) = match self.served().await {
-            Ok(served) => served,
-            Err(problem) => {
-                worker::console_error!("herma's conversations cannot start: {}", problem.detail);
-                let answer = axum::response::IntoResponse::into_response(
-                    herma_server::error::ApiError(problem),
-                );
-                return Response::try_from(answer);
-            }
-        };
-        let req = crate::read_small_body(HttpRequest::try_from(req)?).await;
-        if req.method() == axum::http::Method::POST {
-            // A turn admitted now is due for sealing two minutes from now: the alarm is set
-            // before it is dispatched, so an object that stops mid-turn still seals it.
-            self.wake_by(js_sys::Date::now() as i64 + SEAL_AFTER_MS)
-                .await?;
+        match self.served().await {
+            Ok(served) => self.object.answer(served, req, true).await,
+            Err(problem) => refused(problem),
         }
-        let response = router.call(req).await?;
-        // The answer is whole (a turn's answer is JSON): what it recorded is due from now on.
-        let (parts, body) = response.into_parts();
-        let bytes = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .map_err(|err| worker::Error::RustError(err.to_string()))?;
-        self.wake_when_due(&ports).await?;
-        app.receipts.flush().await;
-        Response::try_from(axum::http::Response::from_parts(
-            parts,
-            axum::body::Body::from(bytes),
-        ))
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
-        let (app, ports, _) = self
+        let served = self
             .served()
             .await
             .map_err(|problem| worker::Error::RustError(problem.detail))?;
-        match app.sweep_conversations().await {
+        match served.app.sweep_conversations().await {
             Ok(0) => {}
             Ok(sealed) => worker::console_warn!(
                 "sealed {sealed} unfinished conversation turns as provider_outcome_uncertain"
             ),
             Err(problem) => worker::console_error!("sweeping conversations: {}", problem.detail),
         }
-        self.wake_when_due(&ports).await?;
+        self.object.wake_when_due(&served.ports).await?;
         Response::empty()
     }
 }
 
-/// Whether `path` is a conversation route, answered by the object.
-pub fn serves(path: &str) -> bool {
-    path.starts_with("/v1/conversations/") || path == "/v1/admin/conversation-budget"
+#[durable_object]
+pub struct WorkReasoningBudget {
+    object: Object,
 }
 
-/// `req` answered by the one object.
+impl DurableObject for WorkReasoningBudget {
+    fn new(state: State, env: Env) -> Self {
+        Self {
+            object: Object::new(state, env),
+        }
+    }
+
+    async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
+        let served = match self
+            .object
+            .served(|own| Ok(own as Arc<dyn ConversationStore>))
+            .await
+        {
+            Ok(served) => served,
+            Err(problem) => return refused(problem),
+        };
+        if req.path() == coordinator::PATH {
+            let body = req.bytes().await?;
+            let reply = coordinator::answer(&served.ports, &body).await;
+            let mut response = Response::from_bytes(reply)?;
+            response
+                .headers_mut()
+                .set("content-type", "application/json")?;
+            return Ok(response);
+        }
+        self.object.answer(served, req, false).await
+    }
+}
+
+/// Which object answers `path`: the coordinator (the budget summary), a caller's (its
+/// conversations), or none.
+pub enum Route {
+    Coordinator,
+    Caller,
+}
+
+pub fn route(path: &str) -> Option<Route> {
+    if path == "/v1/admin/conversation-budget" {
+        Some(Route::Coordinator)
+    } else if path.starts_with("/v1/conversations/") {
+        Some(Route::Caller)
+    } else {
+        None
+    }
+}
+
+/// `req` answered by the object `name` of `namespace`.
 pub async fn forward(
-    namespace: &worker::ObjectNamespace,
+    namespace: &ObjectNamespace,
+    name: &str,
     req: HttpRequest,
 ) -> worker::Result<axum::http::Response<axum::body::Body>> {
-    let stub = namespace.get_by_name(NAME)?;
+    let stub = namespace.get_by_name(name)?;
     let req = crate::read_small_body(req).await;
     let answer = stub.fetch_with_request(Request::try_from(req)?).await?;
     Ok(axum::http::Response::from(answer))

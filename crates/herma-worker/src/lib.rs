@@ -10,15 +10,18 @@
 //! Records live in the D1 database bound as `DB` ([`d1::D1Backend`]: the native SQLite store's
 //! statements on D1). Without that binding the Worker keeps them in the isolate's memory
 //! (`MemoryStore`, for trying it out: nothing survives an isolate's restart) and `/healthz`
-//! says `memory`. Conversation routes go to the `WorkReasoningBudget` Durable Object bound as
-//! `WORK_REASONING_BUDGET` ([`budget`]), which keeps conversations in its own SQLite database;
-//! without that binding turns are unavailable. `docs/deploy-cloudflare.md` says what works.
+//! says `memory`. Conversation routes go to Durable Objects ([`budget`]): each caller's to its
+//! own `HermaCaller` (binding `HERMA_CALLER`), which keeps its conversations in its own SQLite
+//! database, and the budget summary to the `WorkReasoningBudget` coordinator (binding
+//! `WORK_REASONING_BUDGET`), which keeps what callers share; without both bindings turns are
+//! unavailable. `docs/deploy-cloudflare.md` says what works.
 
 #![cfg(target_arch = "wasm32")]
 
 mod body;
 mod budget;
 mod clock;
+mod coordinator;
 mod d1;
 mod dosql;
 mod runtime;
@@ -69,10 +72,24 @@ async fn fetch(
             }
         },
     };
-    if budget::serves(req.uri().path())
-        && let Ok(namespace) = env.durable_object(budget::BINDING)
+    if let Some(route) = budget::route(req.uri().path())
+        && let (Ok(coordinator), Ok(callers)) = (
+            env.durable_object(budget::BINDING),
+            env.durable_object(budget::CALLERS),
+        )
     {
-        return budget::forward(&namespace, req).await;
+        match route {
+            budget::Route::Coordinator => {
+                return budget::forward(&coordinator, budget::NAME, req).await;
+            }
+            // The caller's own object, once the gate knows who calls; anything the gate
+            // refuses is answered here, as natively.
+            budget::Route::Caller => {
+                if let Some(scope) = caller_scope(&app, req.headers()).await {
+                    return budget::forward(&callers, scope.as_str(), req).await;
+                }
+            }
+        }
     }
     let response = router.call(read_small_body(req).await).await?;
     let (done, ended) = tokio::sync::oneshot::channel();
@@ -86,6 +103,19 @@ async fn fetch(
         }
     });
     Ok(response)
+}
+
+/// The caller scope of the key `headers` present, when the gate accepts it.
+async fn caller_scope(
+    app: &App,
+    headers: &axum::http::HeaderMap,
+) -> Option<herma_core::CallerScope> {
+    let facts = herma_server::extract::GateFacts::from_headers(headers.clone());
+    facts.repeated().ok()?;
+    match app.gate.authenticate(&facts.request()).await.ok()? {
+        herma_core::gate::Principal::Key(key) => Some(key.caller_scope),
+        herma_core::gate::Principal::Bootstrap => None,
+    }
 }
 
 /// Request bodies declared at most this long are read whole before routing.

@@ -1313,10 +1313,18 @@ struct TurnPair {
     other: (String, String),
     /// Each key id with the name the comparison writes for it.
     ids: Vec<(String, &'static str)>,
+    /// Whether the other key is granted too.
+    both: bool,
 }
 
 impl TurnPair {
     async fn start(extra: &[(&str, &str)]) -> Self {
+        Self::start_with(extra, "5", false).await
+    }
+
+    /// With the meta provider's budget `budget` (dollars) and, when `both`, the second key
+    /// like the first: granted, holding the contract.
+    async fn start_with(extra: &[(&str, &str)], budget: &str, both: bool) -> Self {
         use crate::conversations::{contract, settings as turn_settings};
         use herma_test_support::mock_providers::{Kind, MockProvider};
         use herma_test_support::{fresh_stores, spawn_app_with};
@@ -1329,17 +1337,25 @@ impl TurnPair {
         let first = spawn_app_with(stores.clone(), &admin).await;
         let scopes = ["route", "configure"];
         let (home, home_id) = issued_key(&first.url(""), &scopes, Some("claude-code")).await;
-        let (home_other, home_other_id) = issued_key(&first.url(""), &["route"], None).await;
+        let (other_scopes, other_harness): (&[&str], _) = if both {
+            (&scopes, Some("claude-code"))
+        } else {
+            (&["route"], None)
+        };
+        let (home_other, home_other_id) =
+            issued_key(&first.url(""), other_scopes, other_harness).await;
         first.stop().await;
         let state = migrated_state();
         let admin_var = vec![("HERMA_ADMIN_TOKEN", ADMIN.to_owned())];
         let first = start_worker(&admin_var, &state).await;
         let (edge, edge_id) = issued_key(&first.base, &scopes, Some("claude-code")).await;
-        let (edge_other, edge_other_id) = issued_key(&first.base, &["route"], None).await;
+        let (edge_other, edge_other_id) =
+            issued_key(&first.base, other_scopes, other_harness).await;
         drop(first);
 
-        let granted = |id: &str| {
-            let mut vars = turn_settings(Kind::Meta, &mock, &[id], "5");
+        let granted = |id: &str, other: &str| {
+            let ids: Vec<&str> = if both { vec![id, other] } else { vec![id] };
+            let mut vars = turn_settings(Kind::Meta, &mock, &ids, budget);
             vars.push(("HERMA_ADMIN_TOKEN".to_owned(), ADMIN.to_owned()));
             vars.extend(
                 extra
@@ -1348,18 +1364,25 @@ impl TurnPair {
             );
             vars
         };
-        let home_vars = granted(&home_id);
+        let home_vars = granted(&home_id, &home_other_id);
         let pairs: Vec<(&str, &str)> = home_vars
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let native = spawn_app_with(stores, &pairs).await;
-        let edge_vars: Vec<(&'static str, String)> = granted(&edge_id)
+        let edge_vars: Vec<(&'static str, String)> = granted(&edge_id, &edge_other_id)
             .into_iter()
             .map(|(k, v)| (&*k.leak(), v))
             .collect();
         let worker = start_worker(&edge_vars, &state).await;
-        for (base, key) in [(native.url(""), &home), (worker.base.clone(), &edge)] {
+        let mut holders = vec![(native.url(""), &home), (worker.base.clone(), &edge)];
+        if both {
+            holders.extend([
+                (native.url(""), &home_other),
+                (worker.base.clone(), &edge_other),
+            ]);
+        }
+        for (base, key) in holders {
             let (stored, _) = call_as(
                 &base,
                 Method::POST,
@@ -1384,6 +1407,7 @@ impl TurnPair {
             ],
             granted: (home, edge),
             other: (home_other, edge_other),
+            both,
         }
     }
 
@@ -1394,16 +1418,28 @@ impl TurnPair {
             .collect()
     }
 
-    /// (base, key, harness, the attempt bound its turns record) of each runtime, native first.
+    /// (base, key, harness, the attempt bound its turns record) of each runtime, native first:
+    /// the granted key's, or the other's.
     fn sides(&self, granted: bool) -> [(String, String, Option<&'static str>, u64); 2] {
         let (home, edge) = if granted { &self.granted } else { &self.other };
-        // The granted key attests its harness, as its callers do.
-        let harness = granted.then_some("claude-code");
+        // A key for a harness attests it, as its callers do.
+        let harness = (granted || self.both).then_some("claude-code");
         [
             (self.native.url(""), home.clone(), harness, 100_000),
             (self.worker.base.clone(), edge.clone(), harness, 25_000),
         ]
     }
+}
+
+/// Waits until `mock` has received `calls` requests (at most a minute).
+async fn wait_for_calls(mock: &herma_test_support::mock_providers::MockProvider, calls: usize) {
+    for _ in 0..3000 {
+        if mock.calls() >= calls {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the provider received {} of {calls} requests", mock.calls());
 }
 
 fn turn_of(conversation: &str, request: &str, version: u64, message: &str) -> Value {
@@ -1587,9 +1623,7 @@ async fn the_workers_turns_stop_at_two_active_per_caller_and_each_dispatch_at_25
                 .json(&turn_of(conversation, "r", 0, "hello"));
             pending.push(tokio::spawn(request.send()));
         }
-        while pair.mock.calls() < 2 * (n + 1) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_calls(&pair.mock, 2 * (n + 1)).await;
         // A third turn is refused before anything is kept (its new conversation included);
         // another turn of a conversation being answered, or the same request again, conflicts.
         let mut answers = Vec::new();
@@ -1680,9 +1714,7 @@ async fn the_workers_alarm_seals_a_turn_its_object_left_unfinished_two_minutes_a
             .await
         }
     });
-    while pair.mock.calls() < 1 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_calls(&pair.mock, 1).await;
     // The object stops mid-turn (its Worker is killed): nothing answers the turn, and nothing
     // in the object's memory survives.
     pair.worker.stop();
@@ -1724,4 +1756,61 @@ async fn the_workers_alarm_seals_a_turn_its_object_left_unfinished_two_minutes_a
     let replay: Value = serde_json::from_str(&replay.body).expect("json");
     assert_eq!(replay, view["recent_turns"][0]["answer"]);
     assert_eq!(pair.mock.calls(), 1);
+}
+
+#[tokio::test]
+async fn the_workers_callers_each_have_their_own_object_and_share_the_providers_budget() {
+    use herma_test_support::mock_providers::Answer as Said;
+
+    // One turn's reservation (2,830 µ$: its input and 256 output tokens at the meta prices)
+    // fits a $0.004 budget, two do not.
+    let pair = TurnPair::start_with(&[], "0.004", true).await;
+    let ids = pair.ids();
+    for (what, granted) in [
+        ("the first caller's turn", true),
+        ("the second caller's turn", false),
+    ] {
+        let mut answers = Vec::new();
+        for (base, key, harness, timeout_ms) in pair.sides(granted) {
+            pair.mock.answer([Said::Text("Which document?".into())]);
+            let (answer, _) = call_as(
+                &base,
+                Method::POST,
+                "/v1/conversations/turn",
+                Some((&key, harness)),
+                Some(&turn_of("work", "r", 0, "hello")),
+            )
+            .await;
+            answers.push(comparable_turn(answer, &ids, timeout_ms));
+        }
+        assert_same(&answers[1], &answers[0], what);
+        let edge: Value = serde_json::from_str(&answers[1].body).expect("json");
+        if granted {
+            assert_eq!(edge["status"], "clarify", "{edge}");
+            assert_eq!(edge["attempts"][0]["reservation_status"], "reserved");
+        } else {
+            // The provider's budget is every caller's: the first caller's reservation holds it.
+            assert_eq!(answers[1].status, 429, "{edge}");
+            assert_eq!(edge["reason"], "provider_budget_denied", "{edge}");
+            assert_eq!(edge["attempts"][0]["reservation_status"], "denied");
+        }
+    }
+    assert_eq!(pair.mock.calls(), 2, "one model call per runtime");
+    // Each caller sees its own conversation only, though both named it `work`.
+    for (granted, status) in [(true, "clarify"), (false, "blocked")] {
+        let [_, (base, key, harness, _)] = pair.sides(granted);
+        let (view, _) = call_as(
+            &base,
+            Method::GET,
+            "/v1/conversations/work",
+            Some((&key, harness)),
+            None,
+        )
+        .await;
+        let view: Value = serde_json::from_str(&view.body).expect("json");
+        assert_eq!(
+            view["recent_turns"][0]["answer"]["status"], status,
+            "{view}"
+        );
+    }
 }
