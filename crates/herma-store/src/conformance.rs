@@ -62,6 +62,7 @@ macro_rules! store_conformance_tests {
             a_changed_fingerprint_is_refused,
             expired_conversations_become_tombstones_whose_ids_stay_refused,
             the_sweeper_expires_at_most_its_limit_soonest_first,
+            the_sweep_is_next_due_at_the_soonest_seal_or_idle_expiry,
             a_caller_may_create_only_so_many_conversation_ids,
             a_caller_has_at_most_two_active_turns_until_one_is_sealed,
             hourly_turns_are_limited_and_a_new_conversation_does_not_reset_them,

@@ -503,6 +503,53 @@ pub async fn expired_conversations_become_tombstones_whose_ids_stay_refused(stor
     );
 }
 
+pub async fn the_sweep_is_next_due_at_the_soonest_seal_or_idle_expiry(store: Arc<dyn Store>) {
+    const SEAL: i64 = 120_000;
+    assert_eq!(store.next_due(SEAL).await.unwrap(), None, "nothing to do");
+    let scope = fresh_scope();
+    let short = |mut turn: AdmitTurn| {
+        turn.limits.lifetime_ms = 60_000;
+        turn
+    };
+    // An active turn: due for sealing two minutes after admission (its conversation, busy,
+    // is not due for expiry while it is).
+    admitted(
+        store
+            .admit_turn(&short(admit(&scope, "c1", "r1", 0, 1_000)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(store.next_due(SEAL).await.unwrap(), Some(at(1_000 + SEAL)));
+    // Sealed: its conversation is idle and due at its expiry, sooner than any seal.
+    assert!(
+        store
+            .seal_turn(&seal(&scope, "c1", "r1", 2_000))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.next_due(SEAL).await.unwrap(), Some(at(61_000)));
+    // Another caller's turn, admitted at 0, is due at its seal: later than that expiry.
+    let other = fresh_scope();
+    admitted(
+        store
+            .admit_turn(&admit(&other, "c2", "r1", 0, 0))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(store.next_due(SEAL).await.unwrap(), Some(at(61_000)));
+    // Expired, the first conversation is a tombstone and no longer due: the seal is next.
+    assert_eq!(store.expire_conversations(at(61_000), 10).await.unwrap(), 1);
+    assert_eq!(store.next_due(SEAL).await.unwrap(), Some(at(SEAL)));
+    // Sealed, the other conversation is idle until its day-long lifetime ends.
+    assert!(
+        store
+            .seal_turn(&seal(&other, "c2", "r1", 10))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.next_due(SEAL).await.unwrap(), Some(at(DAY_MS)));
+}
+
 pub async fn the_sweeper_expires_at_most_its_limit_soonest_first(store: Arc<dyn Store>) {
     let scope = fresh_scope();
     for (id, created) in [("late", 30), ("early", 10), ("middle", 20)] {

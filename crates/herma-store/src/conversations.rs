@@ -483,6 +483,12 @@ pub trait ConversationStore: Send + Sync {
     /// it expired.
     async fn expire_conversations(&self, now: Timestamp, limit: u32) -> StoreResult<u64>;
 
+    /// When the sweep next has work: the soonest of an active turn's sealing time (admitted
+    /// `seal_after_ms` before) and an idle conversation's expiry; `None` when neither exists.
+    /// (A Worker's caller object sets its alarm by it; a busy conversation past its expiry is
+    /// due once its turn is sealed.)
+    async fn next_due(&self, seal_after_ms: i64) -> StoreResult<Option<Timestamp>>;
+
     /// The counters' current values (0 for one never moved), in the order asked.
     async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>>;
 

@@ -262,6 +262,20 @@ impl ConversationTables {
         turns
     }
 
+    pub(crate) fn next_due(&self, seal_after_ms: i64) -> Option<Timestamp> {
+        let sealing = self
+            .turns
+            .values()
+            .filter(|t| t.status == TurnStatus::Active)
+            .map(|t| t.created_at.plus_millis(seal_after_ms));
+        let expiring = self
+            .conversations
+            .values()
+            .filter(|c| !c.expired && c.active_request_id.is_none())
+            .map(|c| c.expires_at);
+        sealing.chain(expiring).min()
+    }
+
     pub(crate) fn expire(&mut self, now: Timestamp, limit: u32) -> u64 {
         let mut due: Vec<(Timestamp, ConversationKey)> = self
             .conversations

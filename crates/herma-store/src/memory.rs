@@ -716,6 +716,10 @@ impl ConversationStore for MemoryStore {
         Ok(self.conversations()?.expire(now, limit))
     }
 
+    async fn next_due(&self, seal_after_ms: i64) -> StoreResult<Option<Timestamp>> {
+        Ok(self.conversations()?.next_due(seal_after_ms))
+    }
+
     async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>> {
         Ok(self.conversations()?.ledger(counters))
     }

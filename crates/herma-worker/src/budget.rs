@@ -32,9 +32,8 @@ use worker::{
 use crate::coordinator::{self, Coordinator, Split};
 use crate::dosql::Atomic;
 
-/// The coordinator's binding (`wrangler.toml`) and its one object's name.
-pub const BINDING: &str = "WORK_REASONING_BUDGET";
-pub const NAME: &str = "global";
+pub use crate::coordinator::{BINDING, NAME};
+
 /// The callers' objects' binding.
 pub const CALLERS: &str = "HERMA_CALLER";
 
@@ -129,10 +128,10 @@ impl Object {
     async fn wake_when_due(&self, ports: &Atomic) -> worker::Result<()> {
         let storage = self.state.storage();
         let now = js_sys::Date::now() as i64;
-        let at = match ports.next_due(SEAL_AFTER_MS) {
+        let at = match ports.next_due(SEAL_AFTER_MS).await {
             Ok(None) => return storage.delete_alarm().await,
             // Never sooner than a second from now: a due turn is sealed by the alarm itself.
-            Ok(Some(at)) => at.max(now + 1_000),
+            Ok(Some(at)) => at.as_millis().max(now + 1_000),
             Err(err) => {
                 worker::console_error!("reading when conversations are next due: {err}");
                 // Try again in a while rather than never.

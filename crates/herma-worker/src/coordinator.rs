@@ -24,6 +24,10 @@ use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use crate::dosql::Atomic;
 
+/// The coordinator's binding (`wrangler.toml`) and its one object's name.
+pub const BINDING: &str = "WORK_REASONING_BUDGET";
+pub const NAME: &str = "global";
+
 /// The path a caller's object posts its questions to (never one the Worker forwards).
 pub const PATH: &str = "/_herma/coordinator";
 
@@ -168,9 +172,7 @@ impl Coordinator {
         let body = serde_json::to_string(&call).map_err(unreachable)?;
         let namespace = &self.namespace;
         let reply = SendFuture::new(async move {
-            let stub = namespace
-                .get_by_name(crate::budget::NAME)
-                .map_err(unreachable)?;
+            let stub = namespace.get_by_name(NAME).map_err(unreachable)?;
             let mut init = RequestInit::new();
             init.with_method(Method::Post).with_body(Some(body.into()));
             let request = Request::new_with_init(&format!("https://coordinator{PATH}"), &init)
@@ -306,6 +308,10 @@ impl ConversationStore for Split {
 
     async fn expire_conversations(&self, now: Timestamp, limit: u32) -> StoreResult<u64> {
         self.own.expire_conversations(now, limit).await
+    }
+
+    async fn next_due(&self, seal_after_ms: i64) -> StoreResult<Option<Timestamp>> {
+        self.own.next_due(seal_after_ms).await
     }
 
     async fn ledger(&self, counters: &[String]) -> StoreResult<Vec<u64>> {

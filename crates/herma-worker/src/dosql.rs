@@ -232,7 +232,6 @@ fn migrate(sql: &SqlStorage, storage: &TxStorage) -> StoreResult<()> {
 /// `transactionSync` (see the module's notes).
 pub struct Atomic {
     store: SqlStore<DoSql>,
-    sql: SqlStorage,
     call: Arc<AtomicU8>,
     storage: SendWrapper<JsValue>,
 }
@@ -250,7 +249,6 @@ impl Atomic {
         let call = backend.call.clone();
         Ok(Self {
             store: SqlStore::new(backend),
-            sql,
             call,
             storage: SendWrapper::new(raw),
         })
@@ -342,6 +340,7 @@ atomic_ports! {
         fn attempts(&self, scope: &CallerScope, conversation_id: &str, request_id: &str) -> Vec<AttemptRecord>;
         fn unfinished_turns(&self, admitted_before: Timestamp, limit: u32) -> Vec<TurnRecord>;
         fn expire_conversations(&self, now: Timestamp, limit: u32) -> u64;
+        fn next_due(&self, seal_after_ms: i64) -> Option<Timestamp>;
         fn ledger(&self, counters: &[String]) -> Vec<u64>;
         fn health(&self, resources: &[String]) -> Vec<HealthRecord>;
         fn all_health(&self) -> Vec<HealthRecord>;
@@ -392,26 +391,5 @@ atomic_ports! {
     impl OperationAccountingStore {
         fn record_root_receipt(&self, receipt: &RootReceipt) -> (RootReceipt, bool);
         fn root_receipt(&self, scope: &CallerScope, root_key: &str, operation_key: &str) -> Option<RootReceipt>;
-    }
-}
-
-impl Atomic {
-    /// When the next active turn is due for sealing (admitted `seal_after_ms` ago) or the next
-    /// conversation for expiry, in Unix milliseconds; `None` when nothing is.
-    pub fn next_due(&self, seal_after_ms: i64) -> StoreResult<Option<i64>> {
-        let query = DoSql::query(
-            "SELECT MIN(at) AS at FROM (
-               SELECT MIN(created_at) + ? AS at FROM conversation_turns WHERE status = 'active'
-               UNION ALL
-               SELECT MIN(expires_at) AS at FROM conversations WHERE expired = 0
-             )",
-        )
-        .bind(seal_after_ms);
-        let (found, _) = run(&self.sql, &self.call, query)?;
-        found
-            .first()
-            .map(|row| herma_store_sql::SqlRow::opt_int(row, "at"))
-            .transpose()
-            .map(Option::flatten)
     }
 }

@@ -186,16 +186,34 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     }
 }
 
+/// The Worker's name for the operator's fallback upstream key (the seed's Worker reference
+/// names it so): the same setting as `HERMA_UPSTREAM_API_KEY`, bound to
+/// `HERMA_UPSTREAM_BASE_URL`'s origin like it. Set one, not both.
+const WORKER_UPSTREAM_KEY: &str = "UPSTREAM_LLM_API_KEY";
+
 /// The `HERMA_*` settings the environment defines (vars and secrets alike), by the names the
-/// core's settings table declares.
+/// core's settings table declares, and [`WORKER_UPSTREAM_KEY`].
 fn settings(env: &Env) -> Result<Settings, Problem> {
+    let read = |name: &str| {
+        env.var(name)
+            .or_else(|_| env.secret(name))
+            .ok()
+            .map(|value| value.to_string())
+    };
     let mut map = BTreeMap::new();
     for name in table::all().flat_map(|d| d.names()) {
-        if let Ok(value) = env.var(&name) {
-            map.insert(name, value.to_string());
-        } else if let Ok(value) = env.secret(&name) {
-            map.insert(name, value.to_string());
+        if let Some(value) = read(&name) {
+            map.insert(name, value);
         }
+    }
+    if let Some(key) = read(WORKER_UPSTREAM_KEY) {
+        let canonical = table::UPSTREAM_API_KEY.name;
+        if map.contains_key(canonical) {
+            return Err(unavailable(format!(
+                "bad settings: {WORKER_UPSTREAM_KEY} and {canonical} are the same setting (the operator's fallback upstream key): set one"
+            )));
+        }
+        map.insert(canonical.to_owned(), key);
     }
     Settings::from_map(&map).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();

@@ -1814,3 +1814,87 @@ async fn the_workers_callers_each_have_their_own_object_and_share_the_providers_
         );
     }
 }
+
+#[tokio::test]
+async fn the_workers_fallback_upstream_key_is_upstream_llm_api_key_bound_to_its_origin() {
+    let mock = MockUpstream::start().await;
+    // The seed's Worker names the operator's fallback key UPSTREAM_LLM_API_KEY.
+    let vars: Vec<(&str, String)> = settings(&mock.url())
+        .into_iter()
+        .map(|(name, value)| match name {
+            "HERMA_UPSTREAM_API_KEY" => ("UPSTREAM_LLM_API_KEY", value),
+            _ => (name, value),
+        })
+        .collect();
+    let state = migrated_state();
+    let worker = start_worker(&vars, &state).await;
+    let key = route_key(&worker.base).await;
+    let body = json!({"model": "claude-test", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hello there"}]});
+    let (answer, _) = call(
+        &worker.base,
+        Method::POST,
+        "/v1/messages",
+        Some(&key),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let sent = mock.requests();
+    let sent = sent.last().expect("one forwarded request");
+    let credential = [sent.header("x-api-key"), sent.header("authorization")];
+    assert!(
+        credential
+            .iter()
+            .flatten()
+            .any(|v| v.contains("sk-operator")),
+        "the operator's key reaches its own origin: {credential:?}"
+    );
+    assert!(
+        !credential.iter().flatten().any(|v| v.contains(&key)),
+        "the caller's hmk_ key never reaches the upstream"
+    );
+    // Toward another origin (a caller's X-Upstream-Base-Url) the operator's key is not sent.
+    let other = MockUpstream::start().await;
+    let client = reqwest::Client::new();
+    let elsewhere = client
+        .post(format!("{}/v1/messages", worker.base))
+        .bearer_auth(&key)
+        .header("X-Upstream-Base-Url", other.url())
+        .json(&body)
+        .send()
+        .await
+        .expect("an answer");
+    let status = elsewhere.status().as_u16();
+    let credential: Vec<String> = other
+        .requests()
+        .iter()
+        .flat_map(|r| [r.header("x-api-key"), r.header("authorization")])
+        .flatten()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        !credential.iter().any(|v| v.contains("sk-operator")),
+        "status {status}: the operator's key never goes to another origin: {credential:?}"
+    );
+    drop(worker);
+
+    // Both names at once is one setting set twice: refused, naming both.
+    let mut both = vars.clone();
+    both.push(("HERMA_UPSTREAM_API_KEY", "sk-other".to_owned()));
+    let worker = spawn_worker(&both, &state);
+    let mut refusal = None;
+    for _ in 0..240 {
+        if let Ok(r) = reqwest::get(format!("{}/healthz", worker.base)).await {
+            refusal = Some((r.status().as_u16(), r.text().await.unwrap_or_default()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, body) = refusal.expect("the Worker answers");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("UPSTREAM_LLM_API_KEY") && body.contains("HERMA_UPSTREAM_API_KEY"),
+        "{body}"
+    );
+}

@@ -450,6 +450,24 @@ impl<B: Backend> ConversationStore for SqlStore<B> {
             .collect()
     }
 
+    async fn next_due(&self, seal_after_ms: i64) -> StoreResult<Option<Timestamp>> {
+        let query = B::query(
+            "SELECT MIN(due) AS due FROM (
+               SELECT MIN(created_at) + ? AS due FROM conversation_turns WHERE status = 'active'
+               UNION ALL
+               SELECT MIN(expires_at) AS due FROM conversations
+               WHERE expired = 0 AND active_request_id IS NULL
+             ) AS soonest",
+        )
+        .bind(seal_after_ms);
+        let row = self.db.fetch_optional(query).await?;
+        Ok(row
+            .map(|row| row.opt_int("due"))
+            .transpose()?
+            .flatten()
+            .map(Timestamp::from_millis))
+    }
+
     async fn expire_conversations(&self, now: Timestamp, limit: u32) -> StoreResult<u64> {
         let mut tx = self.db.begin().await?;
         // The outer conditions repeat the inner ones: PostgreSQL re-checks them on the newest
