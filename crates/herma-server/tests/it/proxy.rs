@@ -16,7 +16,7 @@ const PROTOCOLS: [(&str, &str); 3] = [
 ];
 
 /// A minimal request of each protocol with `text` as the user's prompt.
-fn body(path: &str, model: &str, text: &str, stream: bool) -> Value {
+pub(crate) fn body(path: &str, model: &str, text: &str, stream: bool) -> Value {
     match path {
         "/v1/messages" => {
             json!({"model": model, "max_tokens": 256, "stream": stream, "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}], "messages": [{"role": "user", "content": text}]})

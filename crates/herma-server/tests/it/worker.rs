@@ -320,6 +320,25 @@ fn without_message_ids(mut answer: Answer) -> Answer {
     answer
 }
 
+/// `answer` with what each runtime makes its own in a direct answer written as `…`: the random
+/// ids of every protocol (`msg_`, `chatcmpl-`, `resp_`, and the items' `msg_`) and the clock's
+/// `created` and `created_at` seconds, in JSON and in each SSE event alike.
+fn without_answer_ids(answer: Answer) -> Answer {
+    let mut answer = without_message_ids(answer);
+    for prefix in ["chatcmpl-", "resp_", "\"created\":", "\"created_at\":"] {
+        let mut out = String::with_capacity(answer.body.len());
+        let mut rest = answer.body.as_str();
+        while let Some(at) = rest.find(prefix) {
+            out.push_str(&rest[..at + prefix.len()]);
+            rest = rest[at + prefix.len()..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+            out.push('…');
+        }
+        out.push_str(rest);
+        answer.body = out;
+    }
+    answer
+}
+
 /// `edge` is `home`, or the first place they differ is shown.
 fn assert_same(edge: &Answer, home: &Answer, what: &str) {
     assert_eq!(edge.status, home.status, "{what}: status ({})", edge.body);
@@ -1897,4 +1916,213 @@ async fn the_workers_fallback_upstream_key_is_upstream_llm_api_key_bound_to_its_
         body.contains("UPSTREAM_LLM_API_KEY") && body.contains("HERMA_UPSTREAM_API_KEY"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn h10_h08_the_worker_shims_and_answers_each_protocol_and_shims_once_per_conversation_like_the_native_server()
+ {
+    use crate::proxy::body;
+
+    let (mock, native, worker) = side_by_side().await;
+    let native_base = native.url("");
+    let scopes = ["route", "configure"];
+    let (home, home_id) = issued_key(&native_base, &scopes, Some("claude-code")).await;
+    let (edge, edge_id) = issued_key(&worker.base, &scopes, Some("claude-code")).await;
+    let ids = [(home_id.as_str(), "caller"), (edge_id.as_str(), "caller")];
+    let records = [
+        (
+            "/v1/context",
+            json!({"id": "deploy.checklist", "kind": "verb", "title": "Deploy checklist", "schema_or_body": "Run the migrations before the canary."}),
+        ),
+        (
+            "/v1/context",
+            json!({"id": "billing", "kind": "noun", "schema_or_body": "The billing service owns invoices."}),
+        ),
+        (
+            "/v1/context",
+            json!({"id": "once.note", "kind": "detail", "schema_or_body": "Once."}),
+        ),
+        (
+            "/v1/provisions",
+            json!({"id": "deploy", "action": "shim_context", "triggers": {"keywords": ["deploy"]}, "context_refs": ["deploy.checklist", "billing", "missing.ref"]}),
+        ),
+        (
+            "/v1/provisions",
+            json!({"id": "once", "action": "shim_context", "once_per_conversation": true, "triggers": {"keywords": ["release"]}, "context_refs": ["once.note"]}),
+        ),
+    ];
+    for (base, key) in [(native_base.as_str(), &home), (worker.base.as_str(), &edge)] {
+        for (path, record) in &records {
+            let (stored, _) = call_as(
+                base,
+                Method::POST,
+                path,
+                Some((key, Some("claude-code"))),
+                Some(record),
+            )
+            .await;
+            assert_eq!(stored.status, 201, "{path}: {}", stored.body);
+        }
+    }
+    let sides = [(native_base.as_str(), &home), (worker.base.as_str(), &edge)];
+    for path in ["/v1/messages", "/v1/chat/completions", "/v1/responses"] {
+        for (what, text, stream) in [
+            ("a shimmed turn", "deploy the billing fix", false),
+            ("a shimmed stream", "deploy the billing fix", true),
+            ("a direct answer", "/herma help", false),
+            ("a direct answer as a stream", "/herma help", true),
+        ] {
+            let what = format!("{path}: {what}");
+            let sent = body(path, "m-1", text, stream);
+            let before = mock.requests().len();
+            let mut answers = Vec::new();
+            for (base, key) in sides {
+                let (answer, _) = call_as(
+                    base,
+                    Method::POST,
+                    path,
+                    Some((key, Some("claude-code"))),
+                    Some(&sent),
+                )
+                .await;
+                assert_eq!(answer.status, 200, "{what}: {}", answer.body);
+                answers.push(comparable(without_answer_ids(answer), &ids));
+            }
+            assert_same(&answers[1], &answers[0], &what);
+            // What went upstream, shim and all, is the same request from both.
+            let upstream: Vec<Value> = mock.requests()[before..].iter().map(|r| r.json()).collect();
+            let direct = text.starts_with("/herma");
+            assert_eq!(
+                upstream.len(),
+                if direct { 0 } else { 2 },
+                "{what}: upstream calls"
+            );
+            if !direct {
+                assert_eq!(upstream[1], upstream[0], "{what}: the forwarded request");
+                assert!(
+                    upstream[0].to_string().contains("Run the migrations"),
+                    "{what}: shimmed"
+                );
+            }
+        }
+    }
+    // A once-per-conversation shim: the first turn of each session only, on both.
+    let path = "/v1/messages";
+    for (base, key) in sides {
+        let before = mock.requests().len();
+        for session in ["s-1", "s-1", "s-2"] {
+            let client = reqwest::Client::new();
+            let response = client
+                .post(format!("{base}{path}"))
+                .bearer_auth(key)
+                .header("X-Herma-Harness", "claude-code")
+                .header("x-claude-code-session-id", session)
+                .json(&body(path, "m", "release it", false))
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(response.status(), 200);
+        }
+        let seen: Vec<bool> = mock.requests()[before..]
+            .iter()
+            .map(|r| r.json().to_string().contains("Once."))
+            .collect();
+        assert_eq!(
+            seen,
+            [true, false, true],
+            "{base}: once per conversation identity"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_worker_refuses_without_the_edge_secret_and_stops_at_a_paused_provider_like_the_native_server()
+ {
+    let secret = "edge-secret-0123456789abcdef";
+    let vars = vec![
+        ("HERMA_ADMIN_TOKEN", ADMIN.to_owned()),
+        (
+            "HERMA_UPSTREAM_BASE_URL",
+            "https://api.anthropic.com".to_owned(),
+        ),
+        ("HERMA_UPSTREAM_API_KEY", "sk-operator".to_owned()),
+        (
+            "HERMA_CONVERSATION_DISABLED_PROVIDERS",
+            "[\"anthropic\"]".to_owned(),
+        ),
+        ("HERMA_EDGE_SECRET", secret.to_owned()),
+    ];
+    let overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let native = spawn_app(Backend::Sqlite, &overrides).await;
+    let state = migrated_state();
+    // Its health check carries the secret too: start it and wait for the refusal instead.
+    let worker = spawn_worker(&vars, &state);
+    let client = reqwest::Client::new();
+    let mut up = false;
+    for _ in 0..240 {
+        if client
+            .get(format!("{}/healthz", worker.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(up, "wrangler dev did not answer within 60 s");
+    let native_base = native.url("");
+    let issue = |base: String| {
+        let client = client.clone();
+        async move {
+            let r = client
+                .post(format!("{base}/v1/admin/keys"))
+                .bearer_auth(ADMIN)
+                .header("x-edge-auth", secret)
+                .json(&json!({"scopes": ["route"], "label": "parity"}))
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(r.status(), 201);
+            let v: Value = r.json().await.expect("json");
+            v["key"].as_str().expect("a key").to_owned()
+        }
+    };
+    let home = issue(native_base.clone()).await;
+    let edge = issue(worker.base.clone()).await;
+    let message = crate::proxy::body("/v1/messages", "m", "hi", false);
+    for (what, with_secret) in [("no edge secret", false), ("a paused provider", true)] {
+        let mut answers = Vec::new();
+        for (base, key) in [(&native_base, &home), (&worker.base, &edge)] {
+            let mut request = client
+                .post(format!("{base}/v1/messages"))
+                .header("x-api-key", key)
+                .json(&message);
+            if with_secret {
+                request = request.header("x-edge-auth", secret);
+            }
+            let response = request.send().await.expect("an answer");
+            answers.push(Answer {
+                status: response.status().as_u16(),
+                content_type: response
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                body: response.text().await.expect("a body"),
+            });
+        }
+        assert_same(&answers[1], &answers[0], what);
+        let code = if with_secret {
+            "provider_operator_disabled"
+        } else {
+            "edge_auth_required"
+        };
+        assert!(
+            answers[1].body.contains(code),
+            "{what}: {}",
+            answers[1].body
+        );
+    }
 }
