@@ -1461,6 +1461,23 @@ async fn wait_for_calls(mock: &herma_test_support::mock_providers::MockProvider,
     panic!("the provider received {} of {calls} requests", mock.calls());
 }
 
+/// `answer` with the time a held resource is eligible again, which a skip's message names
+/// (each runtime's clock), written as `…`.
+fn without_eligible_time(mut answer: Answer) -> Answer {
+    const SAID: &str = "eligible again at ";
+    let mut out = String::with_capacity(answer.body.len());
+    let mut rest = answer.body.as_str();
+    while let Some(at) = rest.find(SAID) {
+        out.push_str(&rest[..at + SAID.len()]);
+        rest = rest[at + SAID.len()..]
+            .trim_start_matches(|c: char| c.is_ascii_digit() || "-:.TZ".contains(c));
+        out.push('…');
+    }
+    out.push_str(rest);
+    answer.body = out;
+    answer
+}
+
 fn turn_of(conversation: &str, request: &str, version: u64, message: &str) -> Value {
     json!({"conversation_id": conversation, "request_id": request, "expected_version": version,
         "message": message, "context_refs": ["work.review"], "provider": "meta"})
@@ -2125,4 +2142,127 @@ async fn the_worker_refuses_without_the_edge_secret_and_stops_at_a_paused_provid
             answers[1].body
         );
     }
+}
+
+#[tokio::test]
+async fn h17_the_workers_coordinator_holds_a_rate_limited_route_for_every_caller_until_one_probe_recovers_it()
+ {
+    use herma_test_support::mock_providers::Answer as Said;
+
+    let pair = TurnPair::start_with(&[], "5", true).await;
+    let ids = pair.ids();
+    // (what, whose turn, what the model says, if it is asked)
+    let steps: [(&str, bool, &str, Option<Said>); 2] = [
+        (
+            "the first caller is rate limited",
+            true,
+            "r1",
+            Some(Said::RateLimited { retry_after: 2 }),
+        ),
+        (
+            "the other caller is held: nothing reserved or sent",
+            false,
+            "r2",
+            None,
+        ),
+    ];
+    let mut held = Vec::new();
+    for (what, first, request, said) in steps {
+        let mut answers = Vec::new();
+        for (base, key, harness, _) in pair.sides(first) {
+            if let Some(said) = &said {
+                pair.mock.answer([said.clone()]);
+            }
+            let body = turn_of(&format!("c-{request}"), request, 0, "hello");
+            let (answer, _) = call_as(
+                &base,
+                Method::POST,
+                "/v1/conversations/turn",
+                Some((&key, harness)),
+                Some(&body),
+            )
+            .await;
+            answers.push(without_eligible_time(answer));
+        }
+        held.push(serde_json::from_str::<Value>(&answers[1].body).expect("json"));
+        let [home, edge]: [Answer; 2] = answers.try_into().expect("two answers");
+        assert_same(
+            &comparable_turn(edge, &ids, 25_000),
+            &comparable_turn(home, &ids, 100_000),
+            what,
+        );
+    }
+    assert_eq!(held[0]["reason"], "provider_rate_limited", "{}", held[0]);
+    let attempt = &held[1]["attempts"][0];
+    assert_eq!(attempt["skip"], "cooldown", "{attempt}");
+    assert_eq!(attempt["provider_health"]["scope"], "provider_route");
+    assert_eq!(attempt["request_sent"], false);
+    assert_eq!(pair.mock.calls(), 2, "the held turn sent nothing");
+
+    // The operator's summary shows the hold on both.
+    let summary = |base: String| async move {
+        comparable(
+            call(
+                &base,
+                Method::GET,
+                "/v1/admin/conversation-budget",
+                Some(ADMIN),
+                None,
+            )
+            .await
+            .0,
+            &[],
+        )
+    };
+    assert_same(
+        &summary(pair.worker.base.clone()).await,
+        &summary(pair.native.url("")).await,
+        "the budget summary with a hold",
+    );
+
+    // Once eligible (the edge waits on its clock, the native server's clock is moved), the next
+    // turn is the one recovery probe; its success clears the hold for every caller.
+    let eligible =
+        herma_core::Timestamp::parse_rfc3339(attempt["next_eligible_at"].as_str().expect("a time"))
+            .expect("RFC 3339");
+    pair.native.clock.advance_millis(2_000);
+    loop {
+        let wall = herma_core::time::Clock::now(&herma_store::SystemClock);
+        if wall.as_millis() > eligible.as_millis() + 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (what, first, request, probe) in [
+        ("the recovery probe", false, "r3", true),
+        ("after the recovery", true, "r4", false),
+    ] {
+        let mut answers = Vec::new();
+        for (base, key, harness, timeout_ms) in pair.sides(first) {
+            pair.mock.answer([Said::Text("Which document?".into())]);
+            let body = turn_of(&format!("c-{request}"), request, 0, "hello");
+            let (answer, _) = call_as(
+                &base,
+                Method::POST,
+                "/v1/conversations/turn",
+                Some((&key, harness)),
+                Some(&body),
+            )
+            .await;
+            answers.push(comparable_turn(
+                without_eligible_time(answer),
+                &ids,
+                timeout_ms,
+            ));
+        }
+        assert_same(&answers[1], &answers[0], what);
+        let edge: Value = serde_json::from_str(&answers[1].body).expect("json");
+        assert_eq!(edge["status"], "clarify", "{what}: {edge}");
+        assert_eq!(
+            edge["attempts"][0].get("recovery_probe").is_some(),
+            probe,
+            "{what}: {edge}"
+        );
+    }
+    assert_eq!(pair.mock.calls(), 6);
 }
