@@ -1344,11 +1344,27 @@ impl TurnPair {
     /// With the meta provider's budget `budget` (dollars) and, when `both`, the second key
     /// like the first: granted, holding the contract.
     async fn start_with(extra: &[(&str, &str)], budget: &str, both: bool) -> Self {
+        Self::start_for(
+            herma_test_support::mock_providers::Kind::Meta,
+            extra,
+            budget,
+            both,
+        )
+        .await
+    }
+
+    /// [`TurnPair::start_with`] for the provider `kind`.
+    async fn start_for(
+        kind: herma_test_support::mock_providers::Kind,
+        extra: &[(&str, &str)],
+        budget: &str,
+        both: bool,
+    ) -> Self {
         use crate::conversations::{contract, settings as turn_settings};
-        use herma_test_support::mock_providers::{Kind, MockProvider};
+        use herma_test_support::mock_providers::MockProvider;
         use herma_test_support::{fresh_stores, spawn_app_with};
 
-        let mock = MockProvider::start(Kind::Meta).await;
+        let mock = MockProvider::start(kind).await;
         // Grants name key ids, which are random: each runtime issues its keys first, then
         // starts again with a grant for the first one (the second has none).
         let stores = fresh_stores(Backend::Sqlite).await;
@@ -1374,7 +1390,7 @@ impl TurnPair {
 
         let granted = |id: &str, other: &str| {
             let ids: Vec<&str> = if both { vec![id, other] } else { vec![id] };
-            let mut vars = turn_settings(Kind::Meta, &mock, &ids, budget);
+            let mut vars = turn_settings(kind, &mock, &ids, budget);
             vars.push(("HERMA_ADMIN_TOKEN".to_owned(), ADMIN.to_owned()));
             vars.extend(
                 extra
@@ -2265,4 +2281,53 @@ async fn h17_the_workers_coordinator_holds_a_rate_limited_route_for_every_caller
         );
     }
     assert_eq!(pair.mock.calls(), 6);
+}
+
+#[tokio::test]
+async fn the_workers_ollama_calls_are_one_utc_day_cap_shared_by_every_caller() {
+    use herma_test_support::mock_providers::{Answer as Said, Kind};
+
+    let pair = TurnPair::start_for(
+        Kind::Ollama,
+        &[("HERMA_OLLAMA_CALLS_PER_DAY", "1")],
+        "5",
+        true,
+    )
+    .await;
+    let ids = pair.ids();
+    let mut statuses = Vec::new();
+    for (what, first, request) in [
+        ("the day's one call", true, "r1"),
+        ("another caller's turn past the cap", false, "r2"),
+    ] {
+        let mut answers = Vec::new();
+        for (base, key, harness, timeout_ms) in pair.sides(first) {
+            pair.mock.answer([Said::Text("Which document?".into())]);
+            let mut body = turn_of(&format!("c-{request}"), request, 0, "hello");
+            body["provider"] = json!("ollama");
+            let (answer, _) = call_as(
+                &base,
+                Method::POST,
+                "/v1/conversations/turn",
+                Some((&key, harness)),
+                Some(&body),
+            )
+            .await;
+            answers.push(comparable_turn(answer, &ids, timeout_ms));
+        }
+        assert_same(&answers[1], &answers[0], what);
+        let edge: Value = serde_json::from_str(&answers[1].body).expect("json");
+        statuses.push((
+            answers[1].status,
+            edge["status"].clone(),
+            edge["reason"].clone(),
+        ));
+    }
+    assert_eq!(statuses[0].1, "clarify", "{statuses:?}");
+    assert_eq!(
+        statuses[1],
+        (429, json!("blocked"), json!("provider_budget_denied")),
+        "the cap is every caller's"
+    );
+    assert_eq!(pair.mock.calls(), 2, "one call a day on each runtime");
 }
