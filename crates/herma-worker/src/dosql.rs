@@ -33,7 +33,7 @@ use herma_store::conversations::*;
 use herma_store::governed::*;
 use serde_json::Value;
 
-use crate::d1::{JsRow, RawRow, js_arg, rows};
+use crate::d1::{D1Backend, JsRow, RawRow, js_arg, rows};
 
 /// The migrations wrangler applies to D1, in order: `(file name, SQL)` (see `build.rs`).
 const MIGRATIONS: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
@@ -95,21 +95,16 @@ impl Backend for DoSql {
     type Tx = DoTx;
 
     const NAME: &'static str = "durable-object";
-    const TEXT_IN: &'static str = "IN (SELECT value FROM json_each(?))";
-    const TEXT_ROWS: &'static str = "json_each(?)";
-    const NOW_MILLIS: &'static str = "strftime('%s','now') * 1000";
-    const BODY_BYTES: &'static str = "length(CAST(body AS BLOB))";
-    const RECLAIM_SPACE: Option<&'static str> = None;
-    const DDL: DdlDialect = DdlDialect {
-        integer: "INTEGER",
-        key_text: "TEXT",
-        serial: "INTEGER PRIMARY KEY AUTOINCREMENT",
-        blob: "BLOB",
-        without_rowid: "WITHOUT ROWID",
-    };
+    // The same SQLite as D1's, spelled the same way.
+    const TEXT_IN: &'static str = D1Backend::TEXT_IN;
+    const TEXT_ROWS: &'static str = D1Backend::TEXT_ROWS;
+    const NOW_MILLIS: &'static str = D1Backend::NOW_MILLIS;
+    const BODY_BYTES: &'static str = D1Backend::BODY_BYTES;
+    const RECLAIM_SPACE: Option<&'static str> = D1Backend::RECLAIM_SPACE;
+    const DDL: DdlDialect = D1Backend::DDL;
     /// Applied by [`migrate`] from `migrations/`, not here.
     const ENGINE_MIGRATIONS: &'static [Migration] = &[];
-    const MAX_PARAMS: usize = 100;
+    const MAX_PARAMS: usize = D1Backend::MAX_PARAMS;
 
     fn placeholders(sql: &str) -> Cow<'_, str> {
         Cow::Borrowed(sql)
