@@ -10,6 +10,9 @@
 //! cargo build --release -p herma-cli -p herma-bench
 //! taskset -c 1 target/release/herma-load            # gateways run under `taskset -c 0`
 //! ```
+//!
+//! With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32 phase into
+//! `DIR/passthrough.data` and `DIR/herma.data` (`scripts/perf-breakdown` reads them).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -244,6 +247,60 @@ async fn rss_under_streams(
     Ok(rss)
 }
 
+/// `perf record` on the pass-through and on Herma while each serves the concurrency-32 phase,
+/// when `HERMA_LOAD_PERF` names a directory: it gets `passthrough.data` and `herma.data`
+/// (`perf report -i FILE`, or a flame graph from `perf script`).
+struct Profiler(Option<std::process::Child>);
+
+impl Profiler {
+    fn start(target: &Target) -> Result<Self> {
+        #[allow(clippy::disallowed_methods)] // a developer tool configured by its environment
+        let Some(dir) = std::env::var_os("HERMA_LOAD_PERF") else {
+            return Ok(Self(None));
+        };
+        let name = if target.name == "Herma" {
+            "herma"
+        } else {
+            "passthrough"
+        };
+        let out = Path::new(&dir).join(format!("{name}.data"));
+        let pid = target.pid.ok_or("no pid to profile")?.to_string();
+        let child = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "1999",
+                "--call-graph",
+                "dwarf,16384",
+                "-p",
+                &pid,
+                "-o",
+            ])
+            .arg(out)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("perf record could not start: {e}"))?;
+        // perf needs a moment to attach before the phase starts.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(Self(Some(child)))
+    }
+
+    fn stop(self) -> Result<()> {
+        let Some(mut child) = self.0 else {
+            return Ok(());
+        };
+        // SIGINT makes perf write its file and exit.
+        let pid = child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .map_err(|e| e.to_string())?;
+        child.wait().map_err(|e| e.to_string())?;
+        eprintln!("profile written (HERMA_LOAD_PERF)");
+        Ok(())
+    }
+}
+
 /// A database with one key whose caller has 1,000 tier-1 rules, one shim and one direct rule.
 fn prepare_herma(herma: &Path, dir: &Path) -> Result<(String, String)> {
     let database = format!("sqlite://{}", dir.join("herma.db").display());
@@ -395,8 +452,11 @@ async fn main() -> Result<()> {
     );
     let (t_direct, _) =
         throughput(&client, &direct, &forward_body, 32, plan.throughput_seconds).await?;
+    let profiler = Profiler::start(&bare)?;
     let (t_bare, c_bare) =
         throughput(&client, &bare, &forward_body, 32, plan.throughput_seconds).await?;
+    profiler.stop()?;
+    let profiler = Profiler::start(&via_herma)?;
     let (t_herma, c_herma) = throughput(
         &client,
         &via_herma,
@@ -405,6 +465,7 @@ async fn main() -> Result<()> {
         plan.throughput_seconds,
     )
     .await?;
+    profiler.stop()?;
     let (t_no_memory, c_no_memory) = throughput(
         &client,
         &via_herma_no_memory,
