@@ -249,46 +249,39 @@ async fn rss_under_streams(
 
 /// `perf record` on the pass-through and on Herma while each serves the concurrency-32 phase,
 /// when `HERMA_LOAD_PERF` names a directory: it gets `passthrough.data` and `herma.data`
-/// (`perf report -i FILE`, or a flame graph from `perf script`).
-struct Profiler(Option<std::process::Child>);
+/// (`perf report -i FILE`, or `scripts/perf-breakdown FILE`). The CPU figures of a profiled
+/// run include perf's sampling cost.
+struct Profiler(Option<(std::process::Child, std::path::PathBuf)>);
 
 impl Profiler {
-    fn start(target: &Target) -> Result<Self> {
+    async fn start(target: &Target, file: &str) -> Result<Self> {
         #[allow(clippy::disallowed_methods)] // a developer tool configured by its environment
         let Some(dir) = std::env::var_os("HERMA_LOAD_PERF") else {
             return Ok(Self(None));
         };
-        let name = if target.name == "Herma" {
-            "herma"
-        } else {
-            "passthrough"
-        };
-        let out = Path::new(&dir).join(format!("{name}.data"));
+        let out = Path::new(&dir).join(file);
         let pid = target.pid.ok_or("no pid to profile")?.to_string();
         let child = std::process::Command::new("perf")
-            .args([
-                "record",
-                "-F",
-                "1999",
-                "--call-graph",
-                "dwarf,16384",
-                "-p",
-                &pid,
-                "-o",
-            ])
-            .arg(out)
+            .args(["record", "-F", "1999", "--call-graph", "dwarf,16384"])
+            .args(["-p", &pid, "-o"])
+            .arg(&out)
             .stdout(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("perf record could not start: {e}"))?;
         // perf needs a moment to attach before the phase starts.
-        std::thread::sleep(Duration::from_millis(500));
-        Ok(Self(Some(child)))
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(Self(Some((child, out))))
     }
 
     fn stop(self) -> Result<()> {
-        let Some(mut child) = self.0 else {
+        let Some((mut child, out)) = self.0 else {
             return Ok(());
         };
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "perf record ended before the phase did ({status}); its message is above"
+            ));
+        }
         // SIGINT makes perf write its file and exit.
         let pid = child.id().to_string();
         std::process::Command::new("kill")
@@ -296,7 +289,11 @@ impl Profiler {
             .status()
             .map_err(|e| e.to_string())?;
         child.wait().map_err(|e| e.to_string())?;
-        eprintln!("profile written (HERMA_LOAD_PERF)");
+        let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        if bytes == 0 {
+            return Err(format!("perf record wrote nothing to {}", out.display()));
+        }
+        eprintln!("profile written: {} ({bytes} bytes)", out.display());
         Ok(())
     }
 }
@@ -452,11 +449,11 @@ async fn main() -> Result<()> {
     );
     let (t_direct, _) =
         throughput(&client, &direct, &forward_body, 32, plan.throughput_seconds).await?;
-    let profiler = Profiler::start(&bare)?;
+    let profiler = Profiler::start(&bare, "passthrough.data").await?;
     let (t_bare, c_bare) =
         throughput(&client, &bare, &forward_body, 32, plan.throughput_seconds).await?;
     profiler.stop()?;
-    let profiler = Profiler::start(&via_herma)?;
+    let profiler = Profiler::start(&via_herma, "herma.data").await?;
     let (t_herma, c_herma) = throughput(
         &client,
         &via_herma,
