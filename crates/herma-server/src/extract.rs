@@ -88,6 +88,11 @@ impl GateFacts {
         Self(headers)
     }
 
+    /// The headers back, once admission is done.
+    pub fn into_headers(self) -> HeaderMap {
+        self.0
+    }
+
     pub fn request(&self) -> GateRequest<'_> {
         GateRequest {
             authorization: header_str(&self.0, header::AUTHORIZATION.as_str()),

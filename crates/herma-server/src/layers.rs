@@ -1,6 +1,7 @@
 //! The layers around every route: request ids (a client's own only when it is a short plain
-//! token), tracing without secrets, one guard that checks the edge secret (H08) and adds
-//! the security headers to every response, and the body guard of `crate::limits`.
+//! token), tracing without secrets, and one middleware that records metrics, checks the edge
+//! secret (H08), applies the body guard of `crate::limits` and adds the security headers to
+//! every response.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,14 +38,26 @@ const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
     (header::REFERRER_POLICY, "no-referrer"),
 ];
 
-async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// The one middleware around every route (one clone of the state and one boxed future per
+/// request, where a layer per job took three): it records the request for `GET /metrics` —
+/// its route template (not the raw path), method, status, action (proxied requests) and the
+/// time to its response headers, for forwarded requests also Herma's own share of that time
+/// —, checks the edge secret (H08), guards the body (`crate::limits`) and adds the security
+/// headers to the response.
+async fn edge(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = web_time::Instant::now();
+    let route: std::sync::Arc<str> = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".into(), |p| p.as_str().into());
+    let method = method_label(request.method().as_str());
     let presented = request
         .headers()
         .get("x-edge-auth")
         .and_then(|v| v.to_str().ok());
     let mut response = match state.app.gate.check_edge(presented) {
         Err(problem) => ApiError(problem).into_response(),
-        Ok(()) => next.run(request).await,
+        Ok(()) => crate::limits::guard_body(&state.bodies, request, next).await,
     };
     let headers = response.headers_mut();
     for (name, value) in SECURITY_HEADERS {
@@ -52,20 +65,6 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
             headers.insert(name, HeaderValue::from_static(value));
         }
     }
-    response
-}
-
-/// Records every request for `GET /metrics`: its route template (not the raw path), method,
-/// status, action (proxied requests) and the time to its response headers; for forwarded
-/// requests also Herma's own share of that time.
-async fn measure(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let started = web_time::Instant::now();
-    let route: std::sync::Arc<str> = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".into(), |p| p.as_str().into());
-    let method = method_label(request.method().as_str());
-    let response = next.run(request).await;
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let outcome = response.extensions().get::<ProxyOutcome>().copied();
     let metrics = &state.app.metrics;
@@ -140,12 +139,7 @@ pub fn apply(router: Router, state: AppState) -> Router {
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
     let router = router
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::limits::guard_bodies,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(middleware::from_fn_with_state(state, measure))
+        .layer(middleware::from_fn_with_state(state, edge))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID));
     // tower-http's trace layer times every request with std's `Instant`, which the Worker's
     // target does not have; there the platform logs each request.

@@ -1,6 +1,6 @@
 //! Request bodies: how long one may take to arrive and how much memory all of them may hold.
 //!
-//! Every request's body is wrapped ([`guard_bodies`]) in a [`GuardedBody`] that, once a handler
+//! Every request's body is wrapped ([`guard_body`]) in a [`GuardedBody`] that, once a handler
 //! starts reading it:
 //!
 //! - reserves its declared `Content-Length` whole from the process's [`BodyBudget`]
@@ -24,14 +24,12 @@ use std::time::Duration;
 
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 use herma_core::{Problem, ProblemCode};
 use herma_store::Runtime;
 use herma_store::runtime::Sleep;
-
-use crate::AppState;
 
 /// What `Retry-After` tells a client refused for the budget.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
@@ -308,13 +306,12 @@ impl HttpBody for GuardedBody {
     }
 }
 
-/// Wraps every request's body in a [`GuardedBody`] and holds its reservation until the handler
-/// has answered.
-pub async fn guard_bodies(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let reservation = Arc::new(Reservation::new(state.bodies.budget.clone()));
-    let read_timeout = state.bodies.read_timeout;
-    let runtime = state.bodies.runtime.clone();
+/// Wraps the request's body in a [`GuardedBody`] and holds its reservation until the handler
+/// has answered (`crate::layers` calls it for every request).
+pub async fn guard_body(limits: &BodyLimits, request: Request, next: Next) -> Response {
+    let reservation = Arc::new(Reservation::new(limits.budget.clone()));
     let held = reservation.clone();
+    let (read_timeout, runtime) = (limits.read_timeout, limits.runtime.clone());
     let request =
         request.map(|body| Body::new(GuardedBody::new(body, held, read_timeout, runtime)));
     let response = next.run(request).await;

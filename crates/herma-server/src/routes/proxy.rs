@@ -74,7 +74,7 @@ async fn relay(
         ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
     };
     let failed = |response: Response| (response, RequestAction::Failed, None);
-    let facts = GateFacts::from_headers(headers.clone());
+    let facts = GateFacts::from_headers(headers);
     if let Err(problem) = facts.repeated() {
         return failed(ProtocolError(protocol, problem).into_response());
     }
@@ -99,6 +99,7 @@ async fn relay(
         }
         Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
+    let headers = facts.into_headers();
     if method == Method::POST && !crate::extract::is_json(&headers) {
         return failed(
             ProtocolError(
