@@ -11,7 +11,8 @@
 //! taskset -c 1 target/release/herma-load            # gateways run under `taskset -c 0`
 //! ```
 //!
-//! With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32 phase into
+//! `HERMA_LOAD_HERMA=PATH` runs another `herma` binary under this harness (to compare two
+//! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32 phase into
 //! `DIR/passthrough.data` and `DIR/herma.data` (`scripts/perf-breakdown` reads them).
 
 use std::path::Path;
@@ -180,17 +181,32 @@ async fn throughput(
     Ok((done as f64 / elapsed, cpu))
 }
 
-/// Time from sending to the first event of a 200-chunk stream, and to its end.
+/// What `n` 200-chunk streams through a target measured.
+struct Streams {
+    /// From sending to the first event (p50).
+    first: Duration,
+    /// From sending to the end of the stream (p50).
+    whole: Duration,
+    /// The gateway's CPU time per stream.
+    cpu_per_stream: Option<Duration>,
+}
+
+/// Time from sending to the first event of a 200-chunk stream, to its end, and the gateway's
+/// CPU per stream (after ten streams of warm-up).
 async fn stream_times(
     client: &reqwest::Client,
     target: &Target,
     body: &Value,
     n: usize,
-) -> Result<(Duration, Duration)> {
+) -> Result<Streams> {
     let extra = [("x-mock-chunks", "200")];
     let mut firsts = Vec::with_capacity(n);
     let mut totals = Vec::with_capacity(n);
+    let mut cpu_before = None;
     for i in 0..n + 10 {
+        if i == 10 {
+            cpu_before = target.pid.map(cpu_ns);
+        }
         let start = Instant::now();
         let response = target
             .request(client, body, &extra)
@@ -215,9 +231,17 @@ async fn stream_times(
             totals.push(start.elapsed());
         }
     }
+    let cpu_per_stream = target
+        .pid
+        .zip(cpu_before)
+        .map(|(pid, before)| Duration::from_nanos((cpu_ns(pid) - before) / n as u64));
     firsts.sort();
     totals.sort();
-    Ok((percentile(&firsts, 0.5), percentile(&totals, 0.5)))
+    Ok(Streams {
+        first: percentile(&firsts, 0.5),
+        whole: percentile(&totals, 0.5),
+        cpu_per_stream,
+    })
 }
 
 /// Peak RSS of the gateway while 256 streams are open through it.
@@ -360,7 +384,12 @@ fn prepare_herma(herma: &Path, dir: &Path) -> Result<(String, String)> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let plan = Plan::from_env();
-    let herma = sibling("herma")?;
+    // Another build of Herma under this same harness (an A/B of two commits), when named.
+    #[allow(clippy::disallowed_methods)] // a developer tool configured by its environment
+    let herma = match std::env::var_os("HERMA_LOAD_HERMA") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => sibling("herma")?,
+    };
     let passthrough_bin = sibling("herma-passthrough")?;
     let mock = MockUpstream::start_with(false).await;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -471,16 +500,22 @@ async fn main() -> Result<()> {
         plan.throughput_seconds,
     )
     .await?;
+    let (t_answer, c_answer) = throughput(
+        &client,
+        &via_herma,
+        &direct_body,
+        32,
+        plan.throughput_seconds,
+    )
+    .await?;
 
     eprintln!(
         "measuring 200-chunk streams ({} each)…",
         plan.stream_requests
     );
-    let (f_direct, s_direct) =
-        stream_times(&client, &direct, &stream_body, plan.stream_requests).await?;
-    let (f_bare, s_bare) = stream_times(&client, &bare, &stream_body, plan.stream_requests).await?;
-    let (f_herma, s_herma) =
-        stream_times(&client, &via_herma, &stream_body, plan.stream_requests).await?;
+    let s_direct = stream_times(&client, &direct, &stream_body, plan.stream_requests).await?;
+    let s_bare = stream_times(&client, &bare, &stream_body, plan.stream_requests).await?;
+    let s_herma = stream_times(&client, &via_herma, &stream_body, plan.stream_requests).await?;
 
     eprintln!("measuring memory under 256 open streams…");
     let herma_streams_rss = rss_under_streams(&client, &via_herma, &mock, &stream_body).await?;
@@ -537,17 +572,22 @@ async fn main() -> Result<()> {
     );
     println!(
         "| first SSE event, 200-chunk stream (p50) | {:.3} ms | {:.3} ms (+{:.3}) | {:.3} ms (+{:.3}) |",
-        ms(f_direct),
-        ms(f_bare),
-        added(f_bare, f_direct),
-        ms(f_herma),
-        added(f_herma, f_direct)
+        ms(s_direct.first),
+        ms(s_bare.first),
+        added(s_bare.first, s_direct.first),
+        ms(s_herma.first),
+        added(s_herma.first, s_direct.first)
     );
     println!(
         "| whole 200-chunk stream (p50) | {:.3} ms | {:.3} ms | {:.3} ms |",
-        ms(s_direct),
-        ms(s_bare),
-        ms(s_herma)
+        ms(s_direct.whole),
+        ms(s_bare.whole),
+        ms(s_herma.whole)
+    );
+    println!(
+        "| gateway CPU per 200-chunk stream | – | {} | {} |",
+        cpu(s_bare.cpu_per_stream),
+        cpu(s_herma.cpu_per_stream)
     );
     println!();
     println!(
@@ -555,6 +595,10 @@ async fn main() -> Result<()> {
         ms(l_answer.p50),
         ms(l_answer.p99),
         cpu(l_answer.cpu_per_request)
+    );
+    println!(
+        "Direct answers at concurrency 32: {t_answer:.0} req/s, CPU {} per request.\n",
+        cpu(c_answer)
     );
     println!(
         "Entity memory on (as above) and off, same run and database: latency p50 {:.3} / {:.3} ms, p99 {:.3} / {:.3} ms, CPU per request at c=1 {} / {}; at c=32 {t_herma:.0} / {t_no_memory:.0} req/s, CPU {} / {} per request.\n",
@@ -568,7 +612,35 @@ async fn main() -> Result<()> {
         cpu(c_no_memory)
     );
     println!(
-        "Herma RSS: {herma_idle_rss:.1} MiB idle after start; {herma_streams_rss:.1} MiB with 256 streams open; peak {herma_peak:.1} MiB."
+        "Herma RSS: {herma_idle_rss:.1} MiB idle after start; {herma_streams_rss:.1} MiB with 256 streams open; peak {herma_peak:.1} MiB.\n"
+    );
+    let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) if !b.is_zero() => format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64()),
+        _ => "–".into(),
+    };
+    let beyond = |a: Duration, b: Duration| format!("{:+.3} ms", ms(a) - ms(b));
+    println!("Herma against the pass-through, same run (issue 18's targets):\n");
+    println!("| measure | Herma ÷ or − pass-through | target |");
+    println!("|---|---|---|");
+    println!(
+        "| CPU per forwarded request, concurrency 32 | {} | ≤ 1.3× |",
+        ratio(c_herma, c_bare)
+    );
+    println!(
+        "| added latency p50, concurrency 1 | {} | ≤ +0.010 ms |",
+        beyond(l_herma.p50, l_bare.p50)
+    );
+    println!(
+        "| CPU per 200-chunk stream | {} | ≤ 1.2× |",
+        ratio(s_herma.cpu_per_stream, s_bare.cpu_per_stream)
+    );
+    println!(
+        "| first SSE event (p50) | {} | ≤ +0.050 ms |",
+        beyond(s_herma.first, s_bare.first)
+    );
+    println!(
+        "| CPU per direct answer vs per forwarded request, concurrency 32 | {} | ≤ 1× |",
+        ratio(c_answer, c_bare)
     );
     Ok(())
 }

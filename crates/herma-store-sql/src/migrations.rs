@@ -39,6 +39,11 @@ pub const SHARED_MIGRATIONS: &[Migration] = &[
         name: "retention",
         sql: include_str!("../migrations/0009_retention.sql"),
     },
+    Migration {
+        version: 10,
+        name: "receipts_by_rowid",
+        sql: include_str!("../migrations/0010_receipts_by_rowid.sql"),
+    },
 ];
 
 /// How one engine spells the DDL tokens of a shared migration.

@@ -216,6 +216,19 @@ pub mod testing {
         conn.close().await.map_err(|e| e.to_string())
     }
 
+    /// How many pages the database at `path` has (`PRAGMA page_count`).
+    pub async fn page_count(path: &str) -> Result<i64, String> {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        conn.close().await.map_err(|e| e.to_string())?;
+        Ok(pages)
+    }
+
     /// The schema of the database at `path` (each object's type, name and SQL, by name) and
     /// its migration ledger (version and name, in order).
     pub async fn schema(

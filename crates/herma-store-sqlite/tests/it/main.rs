@@ -41,7 +41,8 @@ async fn reopening_a_database_keeps_its_rows_and_migrations() {
                 "governed",
                 "conversations",
                 "provider_health",
-                "retention"
+                "retention",
+                "receipts_by_rowid"
             ]
         );
         let spec = herma_store::conformance::provision("p", "k");
@@ -165,4 +166,145 @@ async fn wrangler_migrations_build_the_schema_migrate_builds() {
     // And the store opens it as current: nothing left to apply.
     let store = herma_store_sqlite::open(by_files).await.unwrap();
     assert_eq!(store.migrate().await.unwrap(), vec![]);
+}
+
+/// A receipt the size a shim's receipt has (about 1.3 KB of JSON), number `n` of `scope`.
+fn sizable_receipt(
+    scope: &herma_core::CallerScope,
+    n: usize,
+) -> herma_core::model::InjectionReceipt {
+    use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
+    ReceiptBody {
+        caller_scope: scope.clone(),
+        protocol: "messages".into(),
+        conversation_id: format!("conversation-{n}"),
+        model: "claude-sonnet-4-5".into(),
+        action: ReceiptAction::Shimmed,
+        matched: (0..8)
+            .map(|i| MatchedRule {
+                provision_id: format!("deploy.checklist.rule-{i:02}"),
+                version: 3,
+                builtin: false,
+                tier: Tier::Keyword,
+                trigger: format!("keyword:deploy the billing service {i}"),
+                applied: i == 0,
+                score: None,
+                confidence: None,
+            })
+            .collect(),
+        shimmed_context_refs: vec![],
+        unresolved_context_refs: vec![],
+        upstream_status: Some(200),
+        usage: None,
+        timings: Timings::default(),
+        stream_end: None,
+        error: None,
+        created_at: herma_core::Timestamp::from_millis(1_700_000_000_000 + n as i64),
+    }
+    .seal(format!("rcpt_{n:032x}"))
+}
+
+/// Receipts are kept by rowid (migration 10): a receipt of 1.3 KB sits in its table's pages
+/// instead of taking a 4 KB overflow page of its own, as it did clustered by its key.
+#[tokio::test]
+async fn a_receipt_does_not_take_a_page_of_its_own() {
+    use herma_store::ReceiptStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("receipts.db");
+    let path = path.to_str().unwrap();
+    let store = herma_store_sqlite::open_migrated(path).await.unwrap();
+    let scope = herma_store::conformance::fresh_scope();
+    let receipts: Vec<_> = (0..400).map(|n| sizable_receipt(&scope, n)).collect();
+    let json = serde_json::to_string(&receipts[0]).unwrap().len();
+    assert!((1_200..2_000).contains(&json), "{json} bytes of JSON");
+    let before = herma_store_sqlite::testing::page_count(path).await.unwrap();
+    for batch in receipts.chunks(100) {
+        store.insert_receipts(batch).await.unwrap();
+    }
+    let pages = herma_store_sqlite::testing::page_count(path).await.unwrap() - before;
+    // 400 × 1.3 KB is about 130 pages of rows plus the key and age indexes; a page each
+    // would be 400 and more.
+    assert!(pages < 300, "400 receipts took {pages} pages of 4 KB");
+    let back = store
+        .get_receipt(&scope, &receipts[399].id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, receipts[399]);
+    assert!(back.verifies());
+}
+
+/// Receipts written under migration 9 (clustered by their key) are all there after migration
+/// 10 rebuilt the table, still unique by their key and found by age.
+#[tokio::test]
+async fn receipts_written_before_migration_10_survive_it() {
+    use herma_store::ReceiptStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let path = path.to_str().unwrap();
+    herma_store_sqlite::open(path).await.unwrap();
+    let files =
+        herma_store_sql::wrangler_migrations::<herma_store_sqlite::SqliteBackend>().unwrap();
+    for (name, contents) in &files {
+        if name.as_str() < "0010" {
+            herma_store_sqlite::testing::execute(path, contents)
+                .await
+                .unwrap();
+        }
+    }
+    let scope = herma_store::conformance::fresh_scope();
+    let receipts: Vec<_> = (0..50).map(|n| sizable_receipt(&scope, n)).collect();
+    {
+        let old = herma_store_sqlite::open(path).await.unwrap();
+        old.insert_receipts(&receipts).await.unwrap();
+        let (schema, _) = herma_store_sqlite::testing::schema(path).await.unwrap();
+        assert!(
+            schema
+                .iter()
+                .any(|(_, name, sql)| name == "injection_receipts" && sql.contains("WITHOUT ROWID")),
+            "migration 9's table is clustered by its key"
+        );
+    }
+    let store = herma_store_sqlite::open(path).await.unwrap();
+    let applied = store.migrate().await.unwrap();
+    assert_eq!(
+        applied.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["receipts_by_rowid"]
+    );
+    let (schema, _) = herma_store_sqlite::testing::schema(path).await.unwrap();
+    let table = schema
+        .iter()
+        .find(|(kind, name, _)| kind == "table" && name == "injection_receipts")
+        .unwrap();
+    assert!(!table.2.contains("WITHOUT ROWID"), "{}", table.2);
+    assert!(
+        schema
+            .iter()
+            .any(|(kind, name, _)| kind == "index" && name == "injection_receipts_by_age")
+    );
+    for receipt in &receipts {
+        let back = store.get_receipt(&scope, &receipt.id).await.unwrap();
+        assert_eq!(back.as_ref(), Some(receipt));
+    }
+    // The key is still unique: the same receipt again is ignored, not added twice.
+    store.insert_receipts(&receipts[..1]).await.unwrap();
+    let pruned = store
+        .prune_receipts(herma_core::Timestamp::from_millis(1_700_000_000_010), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 10, "the ten oldest, by age");
+    assert!(
+        store
+            .get_receipt(&scope, &receipts[9].id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .get_receipt(&scope, &receipts[10].id)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
