@@ -7,6 +7,11 @@
 // `print!` and friends panic on a closed pipe: `output` writes instead.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+/// mimalloc instead of glibc's allocator: a request allocates and frees many small buffers
+/// across threads (docs/performance.md measures the difference).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[macro_use]
 mod output;
 mod config;

@@ -13,6 +13,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herma_providers::{HttpUpstream, Upstream, UpstreamRequest};
 
+/// The allocator the `herma` binary uses, so the baseline is the same stack.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Clone)]
 struct Proxy {
     upstream: HttpUpstream,
