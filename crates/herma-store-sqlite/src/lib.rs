@@ -5,6 +5,12 @@
 //! (`BEGIN IMMEDIATE`), the engine's own migrations 0001–0006 and its dialect (text lists as
 //! `json_each`). SQLite serializes writers and the busy timeout makes concurrent writers wait
 //! rather than fail.
+//!
+//! Writes that return nothing (`execute`, `batch`: receipts, rule outcomes, claims, entity
+//! upserts) go through one connection of their own. SQLite takes one writer at a time anyway,
+//! and a connection that finds its database changed by another connection drops its whole page
+//! cache and reads every page again: with the writes spread over the pool, every batch of
+//! receipts paid that (docs/performance.md).
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -22,9 +28,11 @@ use sqlx::{Executor, Sqlite, SqlitePool, Transaction};
 /// Herma's stores on one SQLite file.
 pub type SqliteStore = SqlStore<SqliteBackend>;
 
-/// The SQLite engine under [`SqliteStore`]: a pool on one database file.
+/// The SQLite engine under [`SqliteStore`]: a pool on one database file, and the one
+/// connection writes without results go through.
 pub struct SqliteBackend {
     pool: SqlitePool,
+    writer: SqlitePool,
 }
 
 /// Opens (creating if missing) the database file at `path`. Does not migrate.
@@ -40,13 +48,21 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(30))
         .foreign_keys(true);
+    let opened =
+        |e: sqlx::Error| StoreError::Backend(format!("opening SQLite database `{path}`: {e}"));
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         .min_connections(1)
+        .connect_with(options.clone())
+        .await
+        .map_err(opened)?;
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
         .connect_with(options)
         .await
-        .map_err(|e| StoreError::Backend(format!("opening SQLite database `{path}`: {e}")))?;
-    Ok(SqlStore::new(SqliteBackend { pool }))
+        .map_err(opened)?;
+    Ok(SqlStore::new(SqliteBackend { pool, writer }))
 }
 
 /// Opens and migrates.
@@ -153,10 +169,22 @@ impl Backend for SqliteBackend {
     async fn execute(&self, query: Query<'_>) -> StoreResult<u64> {
         let (sql, args) = query.into_parts();
         let done = prepare(&sql, args)?
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(backend)?;
         Ok(done.rows_affected())
+    }
+
+    async fn batch(&self, queries: Vec<Query<'_>>) -> StoreResult<Vec<Vec<SqliteRow>>> {
+        // The default's transaction, on the writer's connection: nothing between its
+        // statements waits on anything but them.
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let mut results = Vec::with_capacity(queries.len());
+        for query in queries {
+            results.push(Self::fetch_in(&mut tx, query).await?);
+        }
+        Self::commit(tx).await?;
+        Ok(results)
     }
 
     async fn begin(&self) -> StoreResult<Self::Tx> {
