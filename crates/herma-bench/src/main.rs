@@ -514,8 +514,12 @@ async fn main() -> Result<()> {
         plan.stream_requests
     );
     let s_direct = stream_times(&client, &direct, &stream_body, plan.stream_requests).await?;
+    let profiler = Profiler::start(&bare, "passthrough-streams.data").await?;
     let s_bare = stream_times(&client, &bare, &stream_body, plan.stream_requests).await?;
+    profiler.stop()?;
+    let profiler = Profiler::start(&via_herma, "herma-streams.data").await?;
     let s_herma = stream_times(&client, &via_herma, &stream_body, plan.stream_requests).await?;
+    profiler.stop()?;
 
     eprintln!("measuring memory under 256 open streams…");
     let herma_streams_rss = rss_under_streams(&client, &via_herma, &mock, &stream_body).await?;

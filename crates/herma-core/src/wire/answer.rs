@@ -2,12 +2,71 @@
 //! after the response is done, never on the request path. Where the text is in an event or a
 //! body is the protocol's knowledge
 //! ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
-//! [`WireProtocol::body_text`](super::WireProtocol::body_text)).
+//! [`WireProtocol::body_text`](super::WireProtocol::body_text)): each reads only the members
+//! that hold text, borrowing them, and skips the rest of the JSON unparsed.
 
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
 use super::Protocol;
 use super::sse::Reader;
+
+/// A member read for its text: a string, or nothing when it is anything else (a shape Herma
+/// does not know yields no text rather than failing the whole event).
+#[derive(Debug, Default)]
+pub(super) struct Text<'a>(pub(super) Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text(Some(Cow::Owned(v))))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E>(self) -> Result<Text<'a>, E> {
+                Ok(Text(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Text<'a>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+        }
+        deserializer.deserialize_any(TextVisitor(std::marker::PhantomData))
+    }
+}
+
+/// `data` read as `T`, when it is JSON of that shape.
+pub(super) fn read<'d, T: Deserialize<'d>>(data: &'d [u8]) -> Option<T> {
+    serde_json::from_slice(data).ok()
+}
 
 /// The assistant text of a response body, up to `max` characters.
 pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
@@ -25,14 +84,12 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
     if streaming {
         let mut reader = Reader::default();
         reader.feed(body, &mut |event| {
-            if let Ok(data) = serde_json::from_str::<Value>(&event.data)
-                && let Some(text) = wire.stream_text(&data)
-            {
-                push(text);
+            if let Some(text) = wire.stream_text(&event.data) {
+                push(&text);
             }
         });
-    } else if let Ok(data) = serde_json::from_slice::<Value>(body) {
-        wire.body_text(&data, &mut push);
+    } else {
+        wire.body_text(body, &mut push);
     }
     out
 }
@@ -77,5 +134,55 @@ mod tests {
         assert_eq!(text, "abcéabcéab");
         let all = response_text(Protocol::Messages, true, body.as_bytes(), usize::MAX);
         assert_eq!(all.chars().count(), 4000);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn only_string_members_give_text_and_escapes_are_decoded() {
+        let chat = |delta: &str| {
+            format!(
+                r#"data: {{"id":"c","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
+            )
+        };
+        let body = [
+            chat(r#"{"role":"assistant","content":null}"#),
+            chat(r#"{"content":"line\none \u00e9 "}"#),
+            chat(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}"#),
+            chat(r#"{"content":["not","text"]}"#),
+            chat(r#"{"content":"src/lib.rs"}"#),
+            "data: [DONE]".to_owned(),
+        ]
+        .join("\n\n")
+            + "\n\n";
+        assert_eq!(
+            response_text(Protocol::ChatCompletions, true, body.as_bytes(), 100),
+            "line\none é src/lib.rs"
+        );
+        let messages = concat!(
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\\"quoted\\\"\"}}\n\n",
+        );
+        assert_eq!(
+            response_text(Protocol::Messages, true, messages.as_bytes(), 100),
+            "\"quoted\""
+        );
+        let responses = concat!(
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"kept\"}\n\n",
+            "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"delta\":\"skipped\"}\n\n",
+        );
+        assert_eq!(
+            response_text(Protocol::Responses, true, responses.as_bytes(), 100),
+            "kept"
+        );
+        // Whole bodies: every string text in order; other shapes give none, not a failure.
+        let body = br#"{"choices":[{"message":{"content":"a"}},{"message":{"content":7}},{"message":{"content":"b"}}]}"#;
+        assert_eq!(
+            response_text(Protocol::ChatCompletions, false, body, 100),
+            "ab"
+        );
+        let body = br#"{"output":[{"type":"reasoning"},{"content":[{"type":"output_text","text":"x"},{"text":{"y":1}}]}]}"#;
+        assert_eq!(response_text(Protocol::Responses, false, body, 100), "x");
+        let body = br#"{"content":[{"type":"tool_use","input":{}},{"type":"text","text":"t"}]}"#;
+        assert_eq!(response_text(Protocol::Messages, false, body, 100), "t");
     }
 }

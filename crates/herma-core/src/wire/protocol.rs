@@ -4,6 +4,8 @@
 //! Adding a protocol is adding a module with a unit struct that implements [`WireProtocol`],
 //! a variant here and its line in [`Protocol::wire`]: the compiler asks for every part.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -54,10 +56,10 @@ pub trait WireProtocol: Sync {
     fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue>;
     /// A fresh decoder turning this protocol's stream into neutral events.
     fn decoder(&self) -> Box<dyn EventDecoder>;
-    /// The answer text one streamed event carries (entity memory reads it back).
-    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str>;
+    /// The answer text one streamed event's data carries (entity memory reads it back).
+    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>>;
     /// The answer texts of a whole JSON response body, in order.
-    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str));
+    fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str));
 
     // ---- governed calls ------------------------------------------------------------------------
 

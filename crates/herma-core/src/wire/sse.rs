@@ -54,28 +54,33 @@ impl Reader {
         }
     }
 
-    /// Feeds a chunk; calls `on_event` for every event it completes.
-    pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(Event)) {
-        for &byte in chunk {
-            if byte == b'\n' {
-                if !self.skipping {
-                    let mut line = std::mem::take(&mut self.line);
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
-                    }
-                    self.line_done(&line, on_event);
-                    self.line = line;
-                    self.line.clear();
-                }
-                self.skipping = false;
-            } else if !self.skipping {
-                if self.line.len() >= self.max_line {
+    /// Feeds a chunk; calls `on_event` for every event it completes. Works a line at a time
+    /// (a relayed stream passes through here chunk by chunk, so this is on every stream's path).
+    pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(Event)) {
+        loop {
+            let end = memchr::memchr(b'\n', chunk);
+            let segment = end.map_or(chunk, |at| &chunk[..at]);
+            if !self.skipping {
+                // A line longer than `max_line` is dropped whole.
+                if self.line.len() + segment.len() > self.max_line {
                     self.line.clear();
                     self.skipping = true;
                 } else {
-                    self.line.push(byte);
+                    self.line.extend_from_slice(segment);
                 }
             }
+            let Some(at) = end else { return };
+            if !self.skipping {
+                let mut line = std::mem::take(&mut self.line);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                self.line_done(&line, on_event);
+                self.line = line;
+                self.line.clear();
+            }
+            self.skipping = false;
+            chunk = &chunk[at + 1..];
         }
     }
 
@@ -188,5 +193,20 @@ mod tests {
                 data: "ok".into()
             }]
         );
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_line_of_exactly_the_limit_is_kept_one_byte_more_is_dropped_in_any_chunking() {
+        // `data: 12` is 8 bytes, `data: 123` 9.
+        let stream = b"data: 12\n\ndata: 123\n\ndata: ok\n\n";
+        for size in 1..=stream.len() {
+            let mut reader = Reader::new(8);
+            let mut events = Vec::new();
+            for chunk in stream.chunks(size) {
+                reader.feed(chunk, &mut |e| events.push(e.data));
+            }
+            assert_eq!(events, ["12", "ok"], "chunks of {size}");
+        }
     }
 }

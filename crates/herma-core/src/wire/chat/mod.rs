@@ -12,6 +12,9 @@ mod direct;
 mod encode;
 mod read;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -20,13 +23,34 @@ pub(super) use read::tool_name;
 use super::direct::DirectAnswer;
 use super::raw::Obj;
 use super::stream::EventDecoder;
-use super::{Envelope, WireProtocol, usage};
+use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
 use crate::problem::{Problem, ProblemCode};
 
 /// OpenAI's Chat Completions API.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ChatCompletions;
+
+/// What of a chunk or a whole body holds the answer's text (the rest is skipped unparsed).
+#[derive(Deserialize)]
+struct AnswerChoices<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<AnswerChoice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnswerChoice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<AnswerContent<'a>>,
+    #[serde(borrow, default)]
+    message: Option<AnswerContent<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnswerContent<'a> {
+    #[serde(borrow, default)]
+    content: answer::Text<'a>,
+}
 
 impl WireProtocol for ChatCompletions {
     fn as_str(&self) -> &'static str {
@@ -84,14 +108,20 @@ impl WireProtocol for ChatCompletions {
         Box::<decode::Decoder>::default()
     }
 
-    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
-        data["choices"][0]["delta"]["content"].as_str()
+    /// The first choice's `delta.content`.
+    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
+        let chunk: AnswerChoices<'_> = answer::read(data.as_bytes())?;
+        chunk.choices.into_iter().next()?.delta?.content.0
     }
 
-    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
-        for choice in body["choices"].as_array().into_iter().flatten() {
-            if let Some(text) = choice["message"]["content"].as_str() {
-                push(text);
+    /// Every choice's `message.content`.
+    fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
+        let Some(body) = answer::read::<AnswerChoices<'_>>(body) else {
+            return;
+        };
+        for choice in body.choices {
+            if let Some(text) = choice.message.and_then(|m| m.content.0) {
+                push(&text);
             }
         }
     }

@@ -11,15 +11,38 @@ mod direct;
 mod encode;
 mod read;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
 use super::raw::Obj;
 use super::stream::EventDecoder;
-use super::{Envelope, WireProtocol, usage};
+use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
 use crate::problem::{Problem, ProblemCode};
+
+/// What of a streamed event holds the answer's text (the rest is skipped unparsed).
+#[derive(Deserialize)]
+struct AnswerEvent<'a> {
+    #[serde(borrow, default)]
+    delta: Option<AnswerBlock<'a>>,
+}
+
+/// What of a whole body holds the answer's text.
+#[derive(Deserialize)]
+struct AnswerBody<'a> {
+    #[serde(borrow, default)]
+    content: Vec<AnswerBlock<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnswerBlock<'a> {
+    #[serde(borrow, default)]
+    text: answer::Text<'a>,
+}
 
 /// Anthropic's Messages API.
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,14 +97,22 @@ impl WireProtocol for Messages {
         Box::<decode::Decoder>::default()
     }
 
-    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
-        data["delta"]["text"].as_str()
+    /// A `content_block_delta`'s `delta.text`.
+    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
+        answer::read::<AnswerEvent<'_>>(data.as_bytes())?
+            .delta?
+            .text
+            .0
     }
 
-    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
-        for block in body["content"].as_array().into_iter().flatten() {
-            if let Some(text) = block["text"].as_str() {
-                push(text);
+    /// Every content block's `text`.
+    fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
+        let Some(body) = answer::read::<AnswerBody<'_>>(body) else {
+            return;
+        };
+        for block in body.content {
+            if let Some(text) = block.text.0 {
+                push(&text);
             }
         }
     }

@@ -9,6 +9,9 @@ mod direct;
 mod encode;
 mod read;
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -16,13 +19,41 @@ use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
 use super::raw::Obj;
 use super::stream::EventDecoder;
-use super::{Envelope, WireProtocol, usage};
+use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
 use crate::problem::Problem;
 
 /// OpenAI's Responses API.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Responses;
+
+/// What of a streamed event holds the answer's text (the rest is skipped unparsed).
+#[derive(Deserialize)]
+struct AnswerEvent<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: answer::Text<'a>,
+    #[serde(borrow, default)]
+    delta: answer::Text<'a>,
+}
+
+/// What of a whole body holds the answer's text.
+#[derive(Deserialize)]
+struct AnswerBody<'a> {
+    #[serde(borrow, default)]
+    output: Vec<AnswerItem<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnswerItem<'a> {
+    #[serde(borrow, default)]
+    content: Vec<AnswerPart<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnswerPart<'a> {
+    #[serde(borrow, default)]
+    text: answer::Text<'a>,
+}
 
 impl WireProtocol for Responses {
     fn as_str(&self) -> &'static str {
@@ -68,20 +99,24 @@ impl WireProtocol for Responses {
         Box::<decode::Decoder>::default()
     }
 
-    fn stream_text<'v>(&self, data: &'v Value) -> Option<&'v str> {
-        if data["type"] == "response.output_text.delta" {
-            data["delta"].as_str()
+    /// A `response.output_text.delta` event's `delta`.
+    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
+        let event: AnswerEvent<'_> = answer::read(data.as_bytes())?;
+        if event.kind.0.as_deref() == Some("response.output_text.delta") {
+            event.delta.0
         } else {
             None
         }
     }
 
-    fn body_text(&self, body: &Value, push: &mut dyn FnMut(&str)) {
-        for item in body["output"].as_array().into_iter().flatten() {
-            for part in item["content"].as_array().into_iter().flatten() {
-                if let Some(text) = part["text"].as_str() {
-                    push(text);
-                }
+    /// Every output item's content parts' `text`.
+    fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
+        let Some(body) = answer::read::<AnswerBody<'_>>(body) else {
+            return;
+        };
+        for part in body.output.into_iter().flat_map(|item| item.content) {
+            if let Some(text) = part.text.0 {
+                push(&text);
             }
         }
     }
