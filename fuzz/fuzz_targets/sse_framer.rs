@@ -15,7 +15,7 @@ fn read(reader: Reader, chunks: &[&[u8]]) -> Vec<Event> {
     let mut reader = reader;
     let mut events = Vec::new();
     for chunk in chunks {
-        reader.feed(chunk, &mut |e| events.push(e));
+        reader.feed(chunk, &mut |e| events.push(e.clone()));
     }
     events
 }

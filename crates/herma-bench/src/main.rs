@@ -12,8 +12,10 @@
 //! ```
 //!
 //! `HERMA_LOAD_HERMA=PATH` runs another `herma` binary under this harness (to compare two
-//! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32 phase into
-//! `DIR/passthrough.data` and `DIR/herma.data` (`scripts/perf-breakdown` reads them).
+//! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32
+//! phase into `DIR/passthrough.data` and `DIR/herma.data`, and its 200-chunk streams into
+//! `DIR/passthrough-streams.data` and `DIR/herma-streams.data` (`scripts/perf-breakdown`
+//! reads them).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -271,8 +273,8 @@ async fn rss_under_streams(
     Ok(rss)
 }
 
-/// `perf record` on the pass-through and on Herma while each serves the concurrency-32 phase,
-/// when `HERMA_LOAD_PERF` names a directory: it gets `passthrough.data` and `herma.data`
+/// `perf record` on the pass-through and on Herma while each serves a phase, when
+/// `HERMA_LOAD_PERF` names a directory: it gets the file named for the phase
 /// (`perf report -i FILE`, or `scripts/perf-breakdown FILE`). The CPU figures of a profiled
 /// run include perf's sampling cost.
 struct Profiler(Option<(std::process::Child, std::path::PathBuf)>);

@@ -23,7 +23,8 @@ pub struct Event {
     pub data: String,
 }
 
-/// Reads events from chunks as they arrive, across arbitrary chunk boundaries. Lines are
+/// Reads events from chunks as they arrive, across arbitrary chunk boundaries, and lends each
+/// one to the caller (its buffers are reused for the next). Lines are
 /// bounded: a line longer than `max_line` is dropped rather than buffered without limit.
 #[derive(Debug)]
 pub struct Reader {
@@ -56,7 +57,7 @@ impl Reader {
 
     /// Feeds a chunk; calls `on_event` for every event it completes. Works a line at a time
     /// (a relayed stream passes through here chunk by chunk, so this is on every stream's path).
-    pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(Event)) {
+    pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {
         loop {
             let end = memchr::memchr(b'\n', chunk);
             let segment = end.map_or(chunk, |at| &chunk[..at]);
@@ -84,12 +85,14 @@ impl Reader {
         }
     }
 
-    fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(Event)) {
+    fn line_done(&mut self, line: &[u8], on_event: &mut dyn FnMut(&Event)) {
         if line.is_empty() {
             if !self.oversized && (self.has_data || self.current.event.is_some()) {
-                on_event(std::mem::take(&mut self.current));
+                on_event(&self.current);
             }
-            self.current = Event::default();
+            // The data's buffer is kept for the next event.
+            self.current.event = None;
+            self.current.data.clear();
             self.has_data = false;
             self.oversized = false;
             return;
@@ -133,7 +136,7 @@ mod tests {
         let mut reader = Reader::default();
         let mut events = Vec::new();
         for chunk in chunks {
-            reader.feed(chunk, &mut |e| events.push(e));
+            reader.feed(chunk, &mut |e| events.push(e.clone()));
         }
         events
     }
@@ -167,7 +170,7 @@ mod tests {
         let mut events = Vec::new();
         reader.feed(
             b"data: 0123456789\ndata: 0123456789\ndata: x\n\ndata: ok\n\n",
-            &mut |e| events.push(e),
+            &mut |e| events.push(e.clone()),
         );
         assert_eq!(
             events,
@@ -184,7 +187,7 @@ mod tests {
         let mut reader = Reader::new(8);
         let mut events = Vec::new();
         reader.feed(b"data: 0123456789abcdef\n\ndata: ok\n\n", &mut |e| {
-            events.push(e)
+            events.push(e.clone())
         });
         assert_eq!(
             events,
@@ -204,7 +207,7 @@ mod tests {
             let mut reader = Reader::new(8);
             let mut events = Vec::new();
             for chunk in stream.chunks(size) {
-                reader.feed(chunk, &mut |e| events.push(e.data));
+                reader.feed(chunk, &mut |e| events.push(e.data.clone()));
             }
             assert_eq!(events, ["12", "ok"], "chunks of {size}");
         }

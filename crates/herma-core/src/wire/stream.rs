@@ -82,7 +82,7 @@ impl StreamDecoder {
             if *finished {
                 return;
             }
-            match events.on_event(&event, &mut |decoded| out(Ok(decoded))) {
+            match events.on_event(event, &mut |decoded| out(Ok(decoded))) {
                 Ok(Progress::Open) => {}
                 Ok(Progress::Finished) => *finished = true,
                 Err(error) => {

@@ -316,7 +316,7 @@ fn events(bytes: &[u8]) -> Vec<(Option<String>, Value)> {
     reader.feed(bytes, &mut |e| {
         out.push((
             e.event.clone(),
-            serde_json::from_str(&e.data).unwrap_or(Value::String(e.data)),
+            serde_json::from_str(&e.data).unwrap_or(Value::String(e.data.clone())),
         ))
     });
     out

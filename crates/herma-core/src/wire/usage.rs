@@ -78,7 +78,7 @@ impl UsageObserver {
             let (protocol, wire) = (self.protocol, self.protocol.wire());
             let (usage, ended) = (&mut self.usage, &mut self.ended);
             self.reader.feed(chunk, &mut |event| {
-                if ends_stream(protocol, &event) {
+                if ends_stream(protocol, event) {
                     *ended = true;
                 }
                 // Cheap filter first: most events carry no usage.
