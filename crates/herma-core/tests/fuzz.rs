@@ -198,10 +198,14 @@ fn events(bytes: &[u8], chunks: &[usize]) -> Vec<(Option<String>, String)> {
     let mut rest = bytes;
     for &size in chunks {
         let (now, later) = rest.split_at(size.min(rest.len()));
-        reader.feed(now, &mut |e: &Event| out.push((e.event.clone(), e.data.clone())));
+        reader.feed(now, &mut |e: &Event| {
+            out.push((e.event.clone(), e.data.clone()))
+        });
         rest = later;
     }
-    reader.feed(rest, &mut |e: &Event| out.push((e.event.clone(), e.data.clone())));
+    reader.feed(rest, &mut |e: &Event| {
+        out.push((e.event.clone(), e.data.clone()))
+    });
     out
 }
 

@@ -48,6 +48,12 @@ impl<'a> From<&'a String> for Arg<'a> {
     }
 }
 
+impl<'a> From<Cow<'a, str>> for Arg<'a> {
+    fn from(text: Cow<'a, str>) -> Self {
+        Self::Text(Some(text))
+    }
+}
+
 impl From<String> for Arg<'_> {
     fn from(text: String) -> Self {
         Self::Text(Some(Cow::Owned(text)))

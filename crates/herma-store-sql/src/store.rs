@@ -82,7 +82,7 @@ fn bind_receipt<'a>(query: Query<'a>, receipt: &'a InjectionReceipt) -> StoreRes
         .bind(receipt.body.caller_scope.as_str())
         .bind(&receipt.id)
         .bind(&receipt.sha256)
-        .bind(serde_json::to_string(receipt).map_err(backend)?)
+        .bind(receipt.to_json())
         .bind(receipt.body.created_at.as_millis()))
 }
 

@@ -88,13 +88,9 @@ impl FileJournal {
     /// Appends `receipt` as one line. `None` when it could not be written (logged; the receipt
     /// still goes to the database, only its crash safety is lost).
     pub fn append(&self, receipt: &InjectionReceipt) -> Option<JournalMark> {
-        let mut line = match serde_json::to_vec(receipt) {
-            Ok(line) => line,
-            Err(err) => {
-                tracing::error!(error = %err, receipt = %receipt.id, "a receipt could not be journaled");
-                return None;
-            }
-        };
+        let json = receipt.to_json();
+        let mut line = Vec::with_capacity(json.len() + 1);
+        line.extend_from_slice(json.as_bytes());
         line.push(b'\n');
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(err) = state.file.write_all(&line) {

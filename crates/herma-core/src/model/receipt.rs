@@ -1,5 +1,8 @@
 //! Injection receipts: a SHA-256-sealed, canonical account of what Herma did with one request.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -172,19 +175,54 @@ pub struct ReceiptBody {
 }
 
 impl ReceiptBody {
-    /// Lowercase hex SHA-256 over the canonical (compact, declared field order) JSON.
-    pub fn digest(&self) -> String {
-        let canonical = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&canonical))
+    /// The canonical JSON: compact, in declared field order.
+    fn canonical(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Seals the body under `id`, computing its digest.
+    /// Lowercase hex SHA-256 over the canonical JSON.
+    pub fn digest(&self) -> String {
+        hex::encode(Sha256::digest(self.canonical()))
+    }
+
+    /// Seals the body under `id`, computing its digest. The receipt's JSON (what the journal
+    /// and the database keep) is written here too, from the same canonical bytes, so a
+    /// receipt is serialized once on its way out.
     pub fn seal(self, id: String) -> InjectionReceipt {
+        let canonical = self.canonical();
+        let sha256 = hex::encode(Sha256::digest(&canonical));
+        // `{"id":…,"sha256":…,` and the body's members: what serializing the receipt gives
+        // (its body is flattened after the two).
+        let json = match (serde_json::to_string(&id), canonical.split_first()) {
+            (Ok(id_json), Some((b'{', members))) if members.len() > 1 => {
+                let mut json = String::with_capacity(canonical.len() + id_json.len() + 90);
+                json.push_str("{\"id\":");
+                json.push_str(&id_json);
+                json.push_str(",\"sha256\":\"");
+                json.push_str(&sha256);
+                json.push_str("\",");
+                json.push_str(&String::from_utf8_lossy(members));
+                Some(Arc::from(json))
+            }
+            _ => None,
+        };
         InjectionReceipt {
-            sha256: self.digest(),
+            sha256,
             id,
             body: self,
+            json: Encoded(json),
         }
+    }
+}
+
+/// A sealed receipt's JSON, kept from sealing. Not part of the receipt's value: two receipts
+/// are equal whether or not they carry it.
+#[derive(Clone, Debug, Default)]
+pub struct Encoded(Option<Arc<str>>);
+
+impl PartialEq for Encoded {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 
@@ -201,12 +239,24 @@ pub struct InjectionReceipt {
     pub sha256: String,
     #[serde(flatten)]
     pub body: ReceiptBody,
+    #[serde(skip)]
+    json: Encoded,
 }
 
 impl InjectionReceipt {
     /// True when the stored digest still matches the body.
     pub fn verifies(&self) -> bool {
         self.sha256 == self.body.digest()
+    }
+
+    /// The receipt as JSON (what serializing it gives): kept from sealing, or serialized now
+    /// for a receipt that was read back. A sealed receipt is never changed on Herma's path;
+    /// one changed after sealing would keep the JSON it was sealed with, as its digest does.
+    pub fn to_json(&self) -> Cow<'_, str> {
+        match &self.json.0 {
+            Some(json) => Cow::Borrowed(json),
+            None => Cow::Owned(serde_json::to_string(self).unwrap_or_default()),
+        }
     }
 }
 
@@ -262,5 +312,50 @@ mod tests {
         let back: InjectionReceipt = serde_json::from_str(&text).unwrap();
         assert_eq!(back, r);
         assert!(back.verifies());
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn the_json_kept_from_sealing_is_the_receipts_serialization() {
+        let mut rich = body();
+        rich.matched[0].score = Some(0.4375);
+        rich.matched[0].confidence = Some(0.9);
+        rich.shimmed_context_refs = vec![ShimmedRef {
+            id: "deploy.checklist".into(),
+            version: 2,
+            kind: ContextKind::Verb,
+            builtin: false,
+            chars: 91,
+            truncated: true,
+            record_uri: Some("tessera://records/verbs/deploy".into()),
+            record_version: Some(4),
+            blob_digests: vec!["ab".repeat(32)],
+        }];
+        rich.unresolved_context_refs = vec!["gone \"quoted\" é".into()];
+        rich.upstream_status = Some(200);
+        rich.usage = Some(serde_json::json!({"input_tokens": 12, "output_tokens": 3}));
+        rich.timings = Timings {
+            decision_micros: 41,
+            upstream_headers_micros: Some(900),
+            total_micros: Some(1200),
+        };
+        rich.stream_end = Some(StreamEnd::ClientGone);
+        rich.error = Some(crate::problem::ProblemCode::UpstreamTimeout);
+        for receipt in [
+            body().seal("rcpt_1".into()),
+            rich.seal("rcpt_\"odd\"\n".into()),
+        ] {
+            let kept = receipt.to_json();
+            assert!(matches!(kept, Cow::Borrowed(_)), "kept from sealing");
+            assert_eq!(kept, serde_json::to_string(&receipt).unwrap());
+            let back: InjectionReceipt = serde_json::from_str(&kept).unwrap();
+            assert_eq!(back, receipt);
+            assert!(back.verifies());
+            assert!(
+                matches!(back.to_json(), Cow::Owned(_)),
+                "read back: serialized"
+            );
+            assert_eq!(back.to_json(), kept);
+        }
     }
 }
