@@ -59,7 +59,9 @@ async fn send(
 fn sse_events(text: &str) -> Vec<(Option<String>, String)> {
     let mut reader = herma_core::wire::sse::Reader::default();
     let mut out = Vec::new();
-    reader.feed(text.as_bytes(), &mut |e| out.push((e.event, e.data)));
+    reader.feed(text.as_bytes(), &mut |e| {
+        out.push((e.event.clone(), e.data.clone()))
+    });
     out
 }
 
