@@ -1,20 +1,15 @@
-//! The layers around every route: request ids (a client's own only when it is a short plain
-//! token), tracing without secrets, and one middleware that records metrics, checks the edge
-//! secret (H08), applies the body guard of `crate::limits` and adds the security headers to
-//! every response.
+//! The one layer around every route: request ids (a client's own only when it is a short plain
+//! token), a tracing span without secrets and the response line, metrics, the edge secret (H08),
+//! the body guard of `crate::limits` and the security headers. One middleware does all of it:
+//! each layer of its own cost a boxed clone of the route and a future per request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
-#[cfg(not(target_arch = "wasm32"))]
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use herma_app::metrics::{ProxyOutcome, RequestAction, method_label};
 
@@ -38,38 +33,68 @@ const SECURITY_HEADERS: [(HeaderName, &str); 4] = [
     (header::REFERRER_POLICY, "no-referrer"),
 ];
 
-/// The one middleware around every route (one clone of the state and one boxed future per
-/// request, where a layer per job took three): it records the request for `GET /metrics` —
-/// its route template (not the raw path), method, status, action (proxied requests) and the
-/// time to its response headers, for forwarded requests also Herma's own share of that time
-/// —, checks the edge secret (H08), guards the body (`crate::limits`) and adds the security
-/// headers to the response.
-async fn edge(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// What the middleware needs besides the request: the state and the request-id source.
+#[derive(Clone)]
+struct Edge {
+    state: AppState,
+    ids: SequentialIds,
+}
+
+/// The middleware around every route, in this order: the request id (the client's own when
+/// Herma keeps it, else a fresh one; on the request, so handlers and logs see it, and on the
+/// response), the request's span (id, method, path: never headers or bodies), then the edge
+/// secret (H08) and the body guard (`crate::limits`) before the route; after it the security
+/// headers, the request for `GET /metrics` — its route template (not the raw path), method,
+/// status, action (proxied requests) and the time to its response headers, for forwarded
+/// requests also Herma's own share of that time — and the response line in the log.
+async fn edge(State(edge): State<Edge>, mut request: Request, next: Next) -> Response {
     let started = web_time::Instant::now();
+    let id = request_id(request.headers_mut(), &edge.ids);
     let route: std::sync::Arc<str> = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".into(), |p| p.as_str().into());
     let method = method_label(request.method().as_str());
+    // The Worker's platform logs each request itself.
+    #[cfg(not(target_arch = "wasm32"))]
+    let span = tracing::info_span!(
+        "request",
+        id = %id.to_str().unwrap_or("-"),
+        method = %request.method(),
+        path = %request.uri().path()
+    );
+    let state = &edge.state;
     let presented = request
         .headers()
         .get("x-edge-auth")
         .and_then(|v| v.to_str().ok());
-    let mut response = match state.app.gate.check_edge(presented) {
-        Err(problem) => ApiError(problem).into_response(),
-        Ok(()) => crate::limits::guard_body(&state.bodies, request, next).await,
+    let admitted = state.app.gate.check_edge(presented);
+    let inner = async {
+        match admitted {
+            Err(problem) => ApiError(problem).into_response(),
+            Ok(()) => crate::limits::guard_body(&state.bodies, request, next).await,
+        }
     };
+    #[cfg(not(target_arch = "wasm32"))]
+    let mut response = tracing::Instrument::instrument(inner, span.clone()).await;
+    #[cfg(target_arch = "wasm32")]
+    let mut response = inner.await;
     let headers = response.headers_mut();
+    if !headers.contains_key(&REQUEST_ID) {
+        headers.insert(REQUEST_ID, id);
+    }
     for (name, value) in SECURITY_HEADERS {
         if !headers.contains_key(&name) {
             headers.insert(name, HeaderValue::from_static(value));
         }
     }
-    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let outcome = response.extensions().get::<ProxyOutcome>().copied();
     let metrics = &state.app.metrics;
     let action = outcome.map_or(RequestAction::None, |o| o.action);
-    metrics.record_request(route, method, response.status().as_u16(), action, micros);
+    let status = response.status();
+    metrics.record_request(route, method, status.as_u16(), action, micros);
     if let Some(ProxyOutcome {
         protocol,
         action,
@@ -78,7 +103,37 @@ async fn edge(State(state): State<AppState>, request: Request, next: Next) -> Re
     {
         metrics.record_added_latency(protocol, action, added);
     }
+    #[cfg(not(target_arch = "wasm32"))]
+    span.in_scope(|| log_response(status, elapsed));
     response
+}
+
+/// The response's line, as tower-http's trace layer wrote it before this middleware replaced
+/// it (same targets, messages and fields, so a filter such as `tower_http=warn` still silences
+/// it): `finished processing request` at info, and `response failed` at error for a 5xx.
+#[cfg(not(target_arch = "wasm32"))]
+fn log_response(status: axum::http::StatusCode, latency: std::time::Duration) {
+    struct Millis(u128);
+    impl std::fmt::Display for Millis {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} ms", self.0)
+        }
+    }
+    let latency = Millis(latency.as_millis());
+    if status.is_server_error() {
+        tracing::error!(
+            target: "tower_http::trace::on_failure",
+            classification = %format_args!("Status code: {status}"),
+            latency = %latency,
+            "response failed"
+        );
+    }
+    tracing::info!(
+        target: "tower_http::trace::on_response",
+        latency = %latency,
+        status = status.as_u16(),
+        "finished processing request"
+    );
 }
 
 /// The longest client-sent request id Herma keeps.
@@ -95,21 +150,18 @@ fn acceptable_request_id(value: &HeaderValue) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
-/// Drops a client's request id Herma does not keep (and every one when several are sent), so
-/// the id layer generates a fresh one.
-async fn screen_request_id(mut request: Request, next: Next) -> Response {
-    let keep = {
-        let mut given = request.headers().get_all(&REQUEST_ID).iter();
-        match (given.next(), given.next()) {
-            (Some(only), None) => acceptable_request_id(only),
-            (None, _) => true,
-            (Some(_), Some(_)) => false,
-        }
-    };
-    if !keep {
-        request.headers_mut().remove(&REQUEST_ID);
+/// The request's id: the client's own `X-Request-Id` when Herma keeps it (exactly one, and
+/// [`acceptable_request_id`]), else a fresh one, which replaces whatever the client sent.
+fn request_id(headers: &mut HeaderMap, ids: &SequentialIds) -> HeaderValue {
+    let mut given = headers.get_all(&REQUEST_ID).iter();
+    if let (Some(only), None) = (given.next(), given.next())
+        && acceptable_request_id(only)
+    {
+        return only.clone();
     }
-    next.run(request).await
+    let fresh = ids.next();
+    headers.insert(REQUEST_ID, fresh.clone());
+    fresh
 }
 
 /// Request ids unique to this process and run: a random prefix drawn at start and a counter
@@ -120,17 +172,15 @@ struct SequentialIds {
     next: std::sync::Arc<AtomicU64>,
 }
 
-impl MakeRequestId for SequentialIds {
-    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+impl SequentialIds {
+    fn next(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix))
-            .ok()
-            .map(RequestId::new)
+        HeaderValue::try_from(format!("{:08x}-{n:x}", self.prefix))
+            .unwrap_or_else(|_| HeaderValue::from_static("-"))
     }
 }
 
-/// Wraps `router` in every layer. Listed innermost first; the request id is set outermost so
-/// every log line and every response carries it — after a client's own id has been screened.
+/// Wraps `router` in the one middleware around every route.
 pub fn apply(router: Router, state: AppState) -> Router {
     let mut seed = [0u8; 4];
     let _ = state.app.random.fill(&mut seed);
@@ -138,22 +188,5 @@ pub fn apply(router: Router, state: AppState) -> Router {
         prefix: u32::from_le_bytes(seed),
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
-    let router = router
-        .layer(middleware::from_fn_with_state(state, edge))
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID));
-    // tower-http's trace layer times every request with std's `Instant`, which the Worker's
-    // target does not have; there the platform logs each request.
-    #[cfg(not(target_arch = "wasm32"))]
-    let router = router.layer(
-        TraceLayer::new_for_http()
-                .make_span_with(|request: &Request| {
-                    let id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
-                    // Method and path only: never headers (keys) or bodies.
-                    tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path())
-                })
-                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
-    );
-    router
-        .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
-        .layer(middleware::from_fn(screen_request_id))
+    router.layer(middleware::from_fn_with_state(Edge { state, ids }, edge))
 }
