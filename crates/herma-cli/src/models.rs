@@ -47,6 +47,13 @@ pub async fn run(command: ModelsCommand) -> Result<(), Failure> {
                 outln!("  layers       {}", report.layers)?;
                 outln!("  parameters   {}", report.parameters)?;
                 outln!("  window       {} tokens", report.window_tokens)?;
+                outln!(
+                    "  precision    {}",
+                    match report.precision {
+                        herma_embed::Precision::Int8 => "int8 (8-bit linear layers)",
+                        herma_embed::Precision::F32 | herma_embed::Precision::Auto => "f32",
+                    }
+                )?;
                 outln!("  load time    {} ms", report.load_time.as_millis())?;
             }
             let probe = "deploy the service to production".to_owned();

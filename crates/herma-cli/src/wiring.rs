@@ -8,9 +8,9 @@ use std::time::Duration;
 use herma_app::App;
 use herma_app::clock::OsRandom;
 use herma_app::tiers::Tiers;
-use herma_core::settings::{DatabaseUrl, EmbedSource, Settings, TierSettings};
+use herma_core::settings::{DatabaseUrl, EmbedPrecision, EmbedSource, Settings, TierSettings};
 use herma_core::{Problem, ProblemCode};
-use herma_embed::{LocalEmbedder, Options};
+use herma_embed::{LocalEmbedder, Options, Precision};
 use herma_providers::{HttpUpstream, Upstream};
 use herma_store::governed::GovernedPorts;
 use herma_store::{Store, StoreError, SystemClock, TokioRuntime};
@@ -126,6 +126,11 @@ pub async fn open_tiers(settings: &TierSettings) -> OpenedTiers {
             window_tokens: usize::try_from(settings.embed_window_tokens).unwrap_or(32),
             threads: usize::try_from(settings.embed_threads).unwrap_or(1),
             cache_entries: cache,
+            precision: match settings.embed_precision {
+                EmbedPrecision::Auto => Precision::Auto,
+                EmbedPrecision::F32 => Precision::F32,
+                EmbedPrecision::Int8 => Precision::Int8,
+            },
             ..Options::default()
         };
         let dir = PathBuf::from(dir);

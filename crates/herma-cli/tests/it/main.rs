@@ -698,6 +698,43 @@ async fn logs_carry_request_ids_and_never_keys_or_bodies() {
     );
 }
 
+/// `HERMA_EMBED_PRECISION` chooses the local model's arithmetic, and the identity says which:
+/// vectors stored by one precision are never used by the other.
+#[test]
+fn the_embedding_precision_is_chosen_by_its_setting_and_named_in_the_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = herma_test_support::embed_model_dir();
+    let check = |precision: &str| {
+        let env = [
+            ("HERMA_EMBED_MODEL_DIR", model.as_str()),
+            ("HERMA_EMBED_PRECISION", precision),
+        ];
+        let out = run(dir.path(), &["models", "check"], &env);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        stdout(&out)
+    };
+    let f32 = check("f32");
+    assert!(f32.contains("precision    f32"), "{f32}");
+    assert!(
+        f32.contains(":w32\n"),
+        "f32 keeps the identity it always had: {f32}"
+    );
+    let int8 = check("int8");
+    assert!(int8.contains("precision    int8"), "{int8}");
+    assert!(int8.contains(":w32:q8\n"), "{int8}");
+    let refused = run(
+        dir.path(),
+        &["models", "check"],
+        &[("HERMA_EMBED_PRECISION", "int4")],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("HERMA_EMBED_PRECISION"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
 /// The semantic tier as a new user meets it: check the model, add a rule with three examples and
 /// one negative, see a paraphrase fire it in a dry run with its score, then calibrate it.
 #[tokio::test]

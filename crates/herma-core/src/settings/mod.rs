@@ -24,7 +24,9 @@ use url::Url;
 
 pub use kinds::parse_decimal_u64;
 pub use read::{SettingError, setting};
-pub use values::{DatabaseUrl, EmbedSource, LogFormat, RemoteModel, RemoteProtocol, TierSettings};
+pub use values::{
+    DatabaseUrl, EmbedPrecision, EmbedSource, LogFormat, RemoteModel, RemoteProtocol, TierSettings,
+};
 
 use crate::contributor::is_contributor_model;
 use crate::secret::Secret;
@@ -187,6 +189,7 @@ impl Settings {
         let embed_window_tokens = r.get(&EMBED_WINDOW_TOKENS);
         let embed_threads = r.get(&EMBED_THREADS);
         let embed_cache_entries = r.get(&EMBED_CACHE_ENTRIES);
+        let embed_precision = r.get(&EMBED_PRECISION);
         let micromodel_timeout_ms = r.get(&MICROMODEL_TIMEOUT_MS);
         let public_url = r.get(&PUBLIC_URL).map(without_trailing_slash);
         let memory_enabled = r.get(&MEMORY_ENABLED);
@@ -221,6 +224,7 @@ impl Settings {
             embed_window_tokens,
             embed_threads,
             embed_cache_entries,
+            embed_precision,
             micromodel,
             micromodel_timeout_ms,
         };
@@ -691,6 +695,7 @@ mod tests {
                 "HERMA_EMBED_MODEL_DIR",
                 "HERMA_EMBED_WINDOW_TOKENS",
                 "HERMA_EMBED_THREADS",
+                "HERMA_EMBED_PRECISION",
                 "HERMA_EMBED_CACHE_ENTRIES",
                 "HERMA_EMBED_URL",
                 "HERMA_EMBED_PROTOCOL",

@@ -15,7 +15,7 @@ use super::declare::{Declared, Family, Group, Member, Members, Setting};
 use super::kinds::{
     Address, BaseUrl, Choice, Credential, Database, Hosts, Number, OptionalText, Providers, Text,
 };
-use super::values::{LogFormat, RemoteProtocol};
+use super::values::{EmbedPrecision, LogFormat, RemoteProtocol};
 
 const MIB: u64 = 1024 * 1024;
 /// The admin, edge and metrics tokens are refused when shorter.
@@ -361,6 +361,14 @@ pub const EMBED_THREADS: Setting<Number> = Setting {
     },
     doc: "Threads of the local embedding pool.",
 };
+pub const EMBED_PRECISION: Setting<Choice<EmbedPrecision>> = Setting {
+    name: "HERMA_EMBED_PRECISION",
+    kind: Choice {
+        default: ("auto", EmbedPrecision::Auto),
+        others: &[("f32", EmbedPrecision::F32), ("int8", EmbedPrecision::Int8)],
+    },
+    doc: "How the local model computes: `int8` (8-bit linear layers, about twice as fast; scores differ from f32 by at most about 0.01), `f32`, or `auto`: int8 where the CPU has AVX-512 VNNI or AVX-VNNI, else f32. Part of the model's identity: instances sharing one database should resolve to the same one.",
+};
 pub const EMBED_CACHE_ENTRIES: Setting<Number> = Setting {
     name: "HERMA_EMBED_CACHE_ENTRIES",
     kind: Number {
@@ -539,6 +547,7 @@ pub const GROUPS: &[Group] = &[
             &EMBED_MODEL_DIR,
             &EMBED_WINDOW_TOKENS,
             &EMBED_THREADS,
+            &EMBED_PRECISION,
             &EMBED_CACHE_ENTRIES,
             &TIER_URL,
             &TIER_PROTOCOL,

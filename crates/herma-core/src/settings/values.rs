@@ -101,9 +101,19 @@ pub struct TierSettings {
     pub embed_window_tokens: u64,
     pub embed_threads: u64,
     pub embed_cache_entries: u64,
+    pub embed_precision: EmbedPrecision,
     /// `None`: micromodel triggers cannot be evaluated.
     pub micromodel: Option<RemoteModel>,
     pub micromodel_timeout_ms: u64,
+}
+
+/// How the local embedding model computes its linear layers (`HERMA_EMBED_PRECISION`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedPrecision {
+    /// 8 bits where the CPU has the instructions for it, else f32.
+    Auto,
+    F32,
+    Int8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
