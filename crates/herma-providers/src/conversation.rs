@@ -182,15 +182,19 @@ impl ModelClient for ConversationClient {
                 call.attempt.to_string().into_bytes(),
             ));
         }
-        let sent = self
-            .http
-            .send(UpstreamRequest {
-                method: "POST".to_owned(),
-                url: encoded.url,
-                headers,
-                body: Bytes::from(encoded.body),
-            })
-            .await;
+        let sent = match crate::header_map(headers) {
+            Ok(headers) => {
+                self.http
+                    .send(UpstreamRequest {
+                        method: "POST".to_owned(),
+                        url: encoded.url,
+                        headers,
+                        body: Bytes::from(encoded.body),
+                    })
+                    .await
+            }
+            Err(invalid) => Err(invalid),
+        };
         let response = match sent {
             Ok(response) => response,
             Err(UpstreamError::Redirect(status)) => {
@@ -227,7 +231,10 @@ impl ModelClient for ConversationClient {
         let header_pairs: Vec<(String, String)> = response
             .headers
             .iter()
-            .filter_map(|(n, v)| String::from_utf8(v.clone()).ok().map(|v| (n.clone(), v)))
+            .filter_map(|(n, v)| {
+                let v = std::str::from_utf8(v.as_bytes()).ok()?;
+                Some((n.as_str().to_owned(), v.to_owned()))
+            })
             .collect();
         // At most one byte past the limit is read: enough to know it was passed.
         let mut body = Vec::new();

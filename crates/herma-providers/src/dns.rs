@@ -163,7 +163,7 @@ mod tests {
             crate::UpstreamRequest {
                 method: "GET".into(),
                 url: "http://localhost:9/v1/models".into(),
-                headers: Vec::new(),
+                headers: crate::HeaderMap::new(),
                 body: bytes::Bytes::new(),
             },
         )

@@ -80,7 +80,7 @@ impl FabricClient {
         let request = UpstreamRequest {
             method: "GET".to_owned(),
             url,
-            headers,
+            headers: crate::header_map(headers).map_err(|e| e.to_string())?,
             body: Bytes::new(),
         };
         let response = match self.http.send(request).await {

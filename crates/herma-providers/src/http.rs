@@ -69,14 +69,14 @@ impl Upstream for HttpUpstream {
     async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| UpstreamError::Request(e.to_string()))?;
-        let mut builder = self.client.request(method, &request.url);
-        for (name, value) in &request.headers {
-            builder = builder.header(name.as_str(), value.as_slice());
-        }
+        let mut builder = self
+            .client
+            .request(method, &request.url)
+            .headers(request.headers);
         if !request.body.is_empty() {
             builder = builder.body(request.body);
         }
-        let response = match tokio::time::timeout(self.headers_timeout, builder.send()).await {
+        let mut response = match tokio::time::timeout(self.headers_timeout, builder.send()).await {
             Err(_) => return Err(UpstreamError::Timeout(self.headers_timeout)),
             Ok(Err(e)) if e.is_builder() => return Err(UpstreamError::Request(e.to_string())),
             Ok(Err(e)) => {
@@ -91,11 +91,7 @@ impl Upstream for HttpUpstream {
         if response.status().is_redirection() {
             return Err(UpstreamError::Redirect(status));
         }
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
-            .collect();
+        let headers = std::mem::take(response.headers_mut());
         let idle = self.idle_timeout;
         let chunks = response
             .bytes_stream()

@@ -30,15 +30,42 @@ use bytes::Bytes;
 use futures_util::Stream;
 use thiserror::Error;
 
+pub use ::http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Request headers from `(name, value)` pairs, in order (a repeated name keeps every value). A
+/// name or value that cannot be sent is [`UpstreamError::Request`], naming the header and never
+/// its value (it may be a credential).
+pub fn header_map<N, V>(pairs: impl IntoIterator<Item = (N, V)>) -> Result<HeaderMap, UpstreamError>
+where
+    N: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        let name = name.as_ref();
+        let invalid = || UpstreamError::Request(format!("the header {name} cannot be sent"));
+        headers.append(
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?,
+            HeaderValue::from_bytes(value.as_ref()).map_err(|_| invalid())?,
+        );
+    }
+    Ok(headers)
+}
+
+/// A header's value as text, when it is UTF-8.
+pub fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    std::str::from_utf8(headers.get(name)?.as_bytes()).ok()
+}
+
 /// A response body arriving chunk by chunk.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, UpstreamError>> + Send>>;
 
-/// One request to send. Header names are lowercase.
+/// One request to send.
 #[derive(Clone)]
 pub struct UpstreamRequest {
     pub method: String,
     pub url: String,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: ::http::HeaderMap,
     pub body: Bytes,
 }
 
@@ -54,7 +81,7 @@ impl std::fmt::Debug for UpstreamRequest {
 
 pub struct UpstreamResponse {
     pub status: u16,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: ::http::HeaderMap,
     pub body: BodyStream,
 }
 
@@ -92,11 +119,8 @@ pub(crate) async fn read_limited(
 ) -> Result<Vec<u8>, UpstreamError> {
     use futures_util::StreamExt;
     let too_large = || UpstreamError::Body(format!("the body is larger than {max_bytes} bytes"));
-    let declared = response
-        .headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
+    let declared =
+        header_text(&response.headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > max_bytes as u64) {
         return Err(too_large());
     }
@@ -119,5 +143,39 @@ pub(crate) fn phrase(err: &UpstreamError) -> String {
         UpstreamError::Connect(phrase) | UpstreamError::Body(phrase) => phrase.clone(),
         UpstreamError::Timeout(_) => "timed out".to_owned(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_pairs_keep_their_order_and_every_repeated_value() {
+        let headers = header_map([
+            ("accept", "text/event-stream"),
+            ("x-trace", "one"),
+            ("x-trace", "two"),
+        ])
+        .unwrap();
+        let trace: Vec<&[u8]> = headers
+            .get_all("x-trace")
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(trace, [b"one".as_slice(), b"two".as_slice()]);
+        assert_eq!(header_text(&headers, "accept"), Some("text/event-stream"));
+        assert_eq!(header_text(&headers, "authorization"), None);
+    }
+
+    #[test]
+    fn a_header_that_cannot_be_sent_is_named_without_its_value() {
+        let err = header_map([("authorization", "Bearer sk-secret\nx-injected: 1")]).unwrap_err();
+        assert_eq!(
+            err,
+            UpstreamError::Request("the header authorization cannot be sent".into())
+        );
+        let err = header_map([("bad name", "v")]).unwrap_err();
+        assert!(err.to_string().contains("bad name"), "{err}");
     }
 }

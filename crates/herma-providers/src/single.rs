@@ -199,25 +199,27 @@ impl ModelClient for SingleDispatchClient {
 
     async fn dispatch(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
         let body = self.protocol.encode(request);
-        let response = self
-            .http
-            .send(UpstreamRequest {
-                method: "POST".to_owned(),
-                url: self.url(),
-                headers: self.headers(request.call.as_ref()),
-                body: Bytes::from(body.to_string()),
-            })
-            .await
-            .map_err(|e| match e {
-                UpstreamError::Redirect(status) => ProviderError::Rejected { status },
-                other => ProviderError::Transport(other.to_string()),
-            })?;
+        let sent = match crate::header_map(self.headers(request.call.as_ref())) {
+            Ok(headers) => {
+                self.http
+                    .send(UpstreamRequest {
+                        method: "POST".to_owned(),
+                        url: self.url(),
+                        headers,
+                        body: Bytes::from(body.to_string()),
+                    })
+                    .await
+            }
+            Err(invalid) => Err(invalid),
+        };
+        let response = sent.map_err(|e| match e {
+            UpstreamError::Redirect(status) => ProviderError::Rejected { status },
+            other => ProviderError::Transport(other.to_string()),
+        })?;
         if !(200..300).contains(&response.status) {
-            let reference = response
-                .headers
-                .iter()
-                .find(|(n, _)| n == "request-id" || n == "x-request-id")
-                .and_then(|(_, v)| String::from_utf8(v.clone()).ok());
+            let reference = crate::header_text(&response.headers, "request-id")
+                .or_else(|| crate::header_text(&response.headers, "x-request-id"))
+                .map(str::to_owned);
             let status = response.status;
             let events: Vec<Result<ModelEvent, ProviderError>> = reference
                 .map(|r| Ok(ModelEvent::Reference(r)))

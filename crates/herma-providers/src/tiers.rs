@@ -34,16 +34,13 @@ fn native(timeout: std::time::Duration) -> Result<Arc<dyn Upstream>, String> {
 /// What one POST of a JSON body answered.
 struct Answer {
     status: u16,
-    headers: Vec<(String, Vec<u8>)>,
+    headers: crate::HeaderMap,
     body: Vec<u8>,
 }
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        crate::header_text(&self.headers, name)
     }
 }
 
@@ -68,7 +65,7 @@ async fn post_json(
         .send(UpstreamRequest {
             method: "POST".to_owned(),
             url: url.to_owned(),
-            headers,
+            headers: crate::header_map(headers)?,
             body: Bytes::from(body.to_string()),
         })
         .await?;

@@ -18,7 +18,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::future::{Either, select};
 use herma_core::settings::Settings;
-use herma_providers::{Upstream, UpstreamError, UpstreamRequest, UpstreamResponse};
+use herma_providers::{
+    HeaderName, HeaderValue, Upstream, UpstreamError, UpstreamRequest, UpstreamResponse,
+};
 use worker::send::{SendFuture, SendWrapper};
 use worker::{
     AbortController, ByteStream, Fetch, Fetcher, Headers, Method, RequestInit, RequestRedirect,
@@ -94,9 +96,11 @@ impl FetchUpstream {
     async fn send_here(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
         let headers = Headers::new();
         for (name, value) in &request.headers {
-            let value = std::str::from_utf8(value)
+            let value = std::str::from_utf8(value.as_bytes())
                 .map_err(|_| request_error(format!("the header {name} is not text")))?;
-            headers.append(name, value).map_err(request_error)?;
+            headers
+                .append(name.as_str(), value)
+                .map_err(request_error)?;
         }
         let mut init = RequestInit::new();
         init.with_method(Method::from(request.method.clone()))
@@ -136,7 +140,12 @@ impl FetchUpstream {
         let headers = response
             .headers()
             .entries()
-            .map(|(name, value)| (name.to_ascii_lowercase(), value.into_bytes()))
+            .filter_map(|(name, value)| {
+                Some((
+                    HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()).ok()?,
+                    HeaderValue::from_bytes(value.as_bytes()).ok()?,
+                ))
+            })
             .collect();
         let chunks = response.stream().map_err(request_error)?;
         Ok(UpstreamResponse {

@@ -28,7 +28,9 @@ use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol};
 use herma_core::{CallerScope, Problem, ProblemCode};
-use herma_providers::{BodyStream, UpstreamError, UpstreamRequest};
+use herma_providers::{
+    BodyStream, HeaderMap, HeaderName, HeaderValue, UpstreamError, UpstreamRequest,
+};
 
 use crate::App;
 use crate::memory::TurnRecord;
@@ -54,8 +56,7 @@ pub struct ProxyRequest {
     pub method: String,
     pub path: String,
     pub query: Option<String>,
-    /// Lowercase names.
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: HeaderMap,
     pub body: Bytes,
     pub received: Instant,
 }
@@ -76,7 +77,7 @@ pub enum ProxyReply {
         /// share of the latency.
         added_micros: u64,
         status: u16,
-        headers: Vec<(String, Vec<u8>)>,
+        headers: HeaderMap,
         body: BodyStream,
     },
 }
@@ -99,18 +100,18 @@ impl From<Problem> for ProxyFailure {
 
 impl ProxyRequest {
     fn header_facts(&self) -> HeaderFacts {
-        HeaderFacts::from_headers(
-            self.headers
-                .iter()
-                .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v).ok()?))),
-        )
+        HeaderFacts::from_headers(self.text_headers())
+    }
+
+    /// Every header whose value is UTF-8, as text.
+    fn text_headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v.as_bytes()).ok()?)))
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        herma_providers::header_text(&self.headers, name)
     }
 }
 
@@ -261,8 +262,9 @@ impl App {
         receipt.upstream_status = Some(status);
         receipt.timings.upstream_headers_micros = Some(elapsed_micros(request.received));
         let streaming = headers
+            .get_all(http::header::CONTENT_TYPE)
             .iter()
-            .any(|(n, v)| n == "content-type" && v.starts_with(b"text/event-stream"));
+            .any(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let memory = self.memory.clone().map(|m| {
             (
                 m,
@@ -379,12 +381,7 @@ impl App {
         request: &ProxyRequest,
         protocol: Protocol,
     ) -> Result<UpstreamTarget, Problem> {
-        let headers = || {
-            request
-                .headers
-                .iter()
-                .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v).ok()?)))
-        };
+        let headers = || request.text_headers();
         let ask = UpstreamAsk {
             protocol,
             path: &request.path,
@@ -402,19 +399,24 @@ impl App {
         target: &UpstreamTarget,
         body: Bytes,
         receipt_id: Option<&str>,
-    ) -> Result<(u16, Vec<(String, Vec<u8>)>, BodyStream), Problem> {
+    ) -> Result<(u16, HeaderMap, BodyStream), Problem> {
         let hop_by_hop = request
             .header("connection")
             .map(connection_tokens)
             .unwrap_or_default();
-        let mut headers: Vec<(String, Vec<u8>)> = request
-            .headers
-            .iter()
-            .filter(|(name, _)| forward_request_header(name) && !hop_by_hop.contains(name))
-            .cloned()
-            .collect();
+        let mut headers = HeaderMap::with_capacity(request.headers.len() + 1);
+        for (name, value) in &request.headers {
+            let name_text = name.as_str();
+            if forward_request_header(name_text) && !hop_by_hop.iter().any(|t| t == name_text) {
+                headers.append(name, value.clone());
+            }
+        }
         if let Some((name, value)) = &target.credential {
-            headers.push(((*name).to_owned(), value.expose().as_bytes().to_vec()));
+            let credential = HeaderValue::from_str(value.expose()).map_err(|_| {
+                let refused = UpstreamError::Request(format!("the header {name} cannot be sent"));
+                upstream_problem(refused, &target.host)
+            })?;
+            headers.append(HeaderName::from_static(name), sensitive(credential));
         }
         let response = self
             .upstream
@@ -428,18 +430,32 @@ impl App {
             .map_err(|e| upstream_problem(e, &target.host))?;
         let hop_by_hop: Vec<String> = response
             .headers
+            .get_all(http::header::CONNECTION)
             .iter()
-            .filter(|(n, _)| n == "connection")
-            .flat_map(|(_, v)| connection_tokens(&String::from_utf8_lossy(v)))
+            .flat_map(|v| connection_tokens(&String::from_utf8_lossy(v.as_bytes())))
             .collect();
-        let mut headers: Vec<(String, Vec<u8>)> = response
-            .headers
-            .into_iter()
-            .filter(|(name, _)| relay_response_header(name) && !hop_by_hop.contains(name))
-            .collect();
-        if let Some(id) = receipt_id {
-            headers.push(("x-herma-receipt".to_owned(), id.as_bytes().to_vec()));
+        let mut headers = HeaderMap::with_capacity(response.headers.len() + 1);
+        // A `None` name is one more value of the name before it.
+        let mut name: Option<HeaderName> = None;
+        for (next, value) in response.headers {
+            if next.is_some() {
+                name = next;
+            }
+            let Some(name) = &name else { continue };
+            let name_text = name.as_str();
+            if relay_response_header(name_text) && !hop_by_hop.iter().any(|t| t == name_text) {
+                headers.append(name, value);
+            }
+        }
+        if let Some(id) = receipt_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+            headers.append(HeaderName::from_static("x-herma-receipt"), id);
         }
         Ok((response.status, headers, response.body))
     }
+}
+
+/// A credential's header value, kept out of debug output and HTTP/2 header compression tables.
+fn sensitive(mut value: HeaderValue) -> HeaderValue {
+    value.set_sensitive(true);
+    value
 }

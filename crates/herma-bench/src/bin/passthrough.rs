@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herma_providers::{HttpUpstream, Upstream, UpstreamRequest};
@@ -35,16 +35,10 @@ async fn forward(
         proxy.base,
         uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
     );
-    let headers = headers
-        .iter()
-        .filter(|(n, _)| {
-            !matches!(
-                n.as_str(),
-                "host" | "content-length" | "connection" | "transfer-encoding"
-            )
-        })
-        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
-        .collect();
+    let mut headers = headers;
+    for name in ["host", "content-length", "connection", "transfer-encoding"] {
+        headers.remove(name);
+    }
     match proxy
         .upstream
         .send(UpstreamRequest {
@@ -59,20 +53,11 @@ async fn forward(
             let mut response = Response::new(Body::from_stream(up.body));
             *response.status_mut() =
                 StatusCode::from_u16(up.status).unwrap_or(StatusCode::BAD_GATEWAY);
-            for (name, value) in up.headers {
-                if matches!(
-                    name.as_str(),
-                    "content-length" | "transfer-encoding" | "connection"
-                ) {
-                    continue;
-                }
-                if let (Ok(n), Ok(v)) = (
-                    HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_bytes(&value),
-                ) {
-                    response.headers_mut().append(n, v);
-                }
+            let mut headers = up.headers;
+            for name in ["content-length", "transfer-encoding", "connection"] {
+                headers.remove(name);
             }
+            *response.headers_mut() = headers;
             response
         }
         Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),

@@ -5,7 +5,7 @@ use web_time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use herma_app::metrics::{ProxyOutcome, RequestAction};
 use herma_app::proxy::{ProxyReply, ProxyRequest, ProxyRoute};
@@ -123,10 +123,7 @@ async fn relay(
         method: method.as_str().to_owned(),
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
-        headers: headers
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
-            .collect(),
+        headers,
         body,
         received,
     };
@@ -163,15 +160,7 @@ async fn relay(
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
             let mut response = Response::new(Body::from_stream(body));
             *response.status_mut() = status;
-            let h = response.headers_mut();
-            for (name, value) in headers {
-                if let (Ok(name), Ok(value)) = (
-                    HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_bytes(&value),
-                ) {
-                    h.append(name, value);
-                }
-            }
+            *response.headers_mut() = headers;
             (response, action.into(), Some(added_micros))
         }
         Err(failure) => {
