@@ -162,39 +162,26 @@ impl ModelClient for ConversationClient {
         let Some(key) = &self.config.api_key else {
             return Err(ProviderError::Transport("no operator key".into()));
         };
-        let mut headers: Vec<(String, Vec<u8>)> = encoded
-            .headers
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), value.clone().into_bytes()))
-            .collect();
-        let credential = match encoded.credential {
-            CredentialStyle::Bearer => (
-                "authorization".to_owned(),
-                format!("Bearer {}", key.expose()).into_bytes(),
-            ),
-            CredentialStyle::XApiKey => ("x-api-key".to_owned(), key.expose().as_bytes().to_vec()),
+        let (name, credential) = match encoded.credential {
+            CredentialStyle::Bearer => ("authorization", format!("Bearer {}", key.expose())),
+            CredentialStyle::XApiKey => ("x-api-key", key.expose().to_owned()),
         };
-        headers.push(credential);
-        if let Some(call) = &request.call {
-            headers.push(("x-herma-call-id".into(), call.call_id.clone().into_bytes()));
-            headers.push((
-                "x-herma-attempt".into(),
-                call.attempt.to_string().into_bytes(),
-            ));
-        }
-        let sent = match crate::header_map(headers) {
-            Ok(headers) => {
-                self.http
-                    .send(UpstreamRequest {
-                        method: "POST".to_owned(),
-                        url: encoded.url,
-                        headers,
-                        body: Bytes::from(encoded.body),
-                    })
-                    .await
+        let sent = async {
+            let mut headers = crate::header_map(encoded.headers.iter().map(|(n, v)| (*n, v)))?;
+            crate::append_header(&mut headers, name, credential)?;
+            if let Some(call) = &request.call {
+                crate::append_header(&mut headers, "x-herma-call-id", &call.call_id)?;
+                crate::append_header(&mut headers, "x-herma-attempt", call.attempt.to_string())?;
             }
-            Err(invalid) => Err(invalid),
-        };
+            let upstream = UpstreamRequest {
+                method: "POST".to_owned(),
+                url: encoded.url,
+                headers,
+                body: Bytes::from(encoded.body),
+            };
+            self.http.send(upstream).await
+        }
+        .await;
         let response = match sent {
             Ok(response) => response,
             Err(UpstreamError::Redirect(status)) => {

@@ -32,9 +32,29 @@ use thiserror::Error;
 
 pub use ::http::{HeaderMap, HeaderName, HeaderValue};
 
-/// Request headers from `(name, value)` pairs, in order (a repeated name keeps every value). A
-/// name or value that cannot be sent is [`UpstreamError::Request`], naming the header and never
-/// its value (it may be a credential).
+/// Appends one request header (after any of the same name). A name or value that cannot be
+/// sent is [`UpstreamError::Request`], naming the header and never its value (it may be a
+/// credential); a credential's value is marked sensitive.
+pub fn append_header(
+    headers: &mut HeaderMap,
+    name: &str,
+    value: impl AsRef<[u8]>,
+) -> Result<(), UpstreamError> {
+    let invalid = || UpstreamError::Request(format!("the header {name} cannot be sent"));
+    let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+    let mut value = HeaderValue::from_bytes(value.as_ref()).map_err(|_| invalid())?;
+    if matches!(
+        name.as_str(),
+        "authorization" | "proxy-authorization" | "x-api-key"
+    ) {
+        value.set_sensitive(true);
+    }
+    headers.append(name, value);
+    Ok(())
+}
+
+/// Request headers from `(name, value)` pairs, in order (a repeated name keeps every value),
+/// each as [`append_header`] takes it.
 pub fn header_map<N, V>(pairs: impl IntoIterator<Item = (N, V)>) -> Result<HeaderMap, UpstreamError>
 where
     N: AsRef<str>,
@@ -42,12 +62,7 @@ where
 {
     let mut headers = HeaderMap::new();
     for (name, value) in pairs {
-        let name = name.as_ref();
-        let invalid = || UpstreamError::Request(format!("the header {name} cannot be sent"));
-        headers.append(
-            HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?,
-            HeaderValue::from_bytes(value.as_ref()).map_err(|_| invalid())?,
-        );
+        append_header(&mut headers, name.as_ref(), value)?;
     }
     Ok(headers)
 }
@@ -166,6 +181,14 @@ mod tests {
         assert_eq!(trace, [b"one".as_slice(), b"two".as_slice()]);
         assert_eq!(header_text(&headers, "accept"), Some("text/event-stream"));
         assert_eq!(header_text(&headers, "authorization"), None);
+        assert!(!headers["accept"].is_sensitive());
+    }
+
+    #[test]
+    fn a_credential_is_marked_sensitive() {
+        let headers = header_map([("authorization", "Bearer k"), ("x-api-key", "k")]).unwrap();
+        assert!(headers["authorization"].is_sensitive());
+        assert!(headers["x-api-key"].is_sensitive());
     }
 
     #[test]

@@ -159,27 +159,21 @@ impl SingleDispatchClient {
         format!("{}{}", self.base, self.protocol.call_path())
     }
 
-    fn headers(&self, call: Option<&CallTag>) -> Vec<(String, Vec<u8>)> {
-        let mut headers = vec![
-            ("content-type".to_owned(), b"application/json".to_vec()),
-            ("accept".to_owned(), b"text/event-stream".to_vec()),
-        ];
+    fn headers(&self, call: Option<&CallTag>) -> Result<crate::HeaderMap, UpstreamError> {
+        let mut headers = crate::header_map([
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ])?;
         let (name, value) = self.protocol.credential(&self.api_key);
-        headers.push((name.to_owned(), value.into_bytes()));
+        crate::append_header(&mut headers, name, value)?;
         for (name, value) in self.protocol.call_headers() {
-            headers.push(((*name).to_owned(), value.as_bytes().to_vec()));
+            crate::append_header(&mut headers, name, value)?;
         }
         if let Some(call) = call {
-            headers.push((
-                "x-herma-call-id".to_owned(),
-                call.call_id.clone().into_bytes(),
-            ));
-            headers.push((
-                "x-herma-attempt".to_owned(),
-                call.attempt.to_string().into_bytes(),
-            ));
+            crate::append_header(&mut headers, "x-herma-call-id", &call.call_id)?;
+            crate::append_header(&mut headers, "x-herma-attempt", call.attempt.to_string())?;
         }
-        headers
+        Ok(headers)
     }
 }
 
@@ -199,20 +193,16 @@ impl ModelClient for SingleDispatchClient {
 
     async fn dispatch(&self, request: &ModelRequest) -> Result<EventStream, ProviderError> {
         let body = self.protocol.encode(request);
-        let sent = match crate::header_map(self.headers(request.call.as_ref())) {
-            Ok(headers) => {
-                self.http
-                    .send(UpstreamRequest {
-                        method: "POST".to_owned(),
-                        url: self.url(),
-                        headers,
-                        body: Bytes::from(body.to_string()),
-                    })
-                    .await
-            }
-            Err(invalid) => Err(invalid),
+        let sent = async {
+            let request = UpstreamRequest {
+                method: "POST".to_owned(),
+                url: self.url(),
+                headers: self.headers(request.call.as_ref())?,
+                body: Bytes::from(body.to_string()),
+            };
+            self.http.send(request).await
         };
-        let response = sent.map_err(|e| match e {
+        let response = sent.await.map_err(|e| match e {
             UpstreamError::Redirect(status) => ProviderError::Rejected { status },
             other => ProviderError::Transport(other.to_string()),
         })?;

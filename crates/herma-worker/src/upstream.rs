@@ -142,7 +142,7 @@ impl FetchUpstream {
             .entries()
             .filter_map(|(name, value)| {
                 Some((
-                    HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()).ok()?,
+                    HeaderName::from_bytes(name.as_bytes()).ok()?,
                     HeaderValue::from_bytes(value.as_bytes()).ok()?,
                 ))
             })

@@ -412,11 +412,8 @@ impl App {
             }
         }
         if let Some((name, value)) = &target.credential {
-            let credential = HeaderValue::from_str(value.expose()).map_err(|_| {
-                let refused = UpstreamError::Request(format!("the header {name} cannot be sent"));
-                upstream_problem(refused, &target.host)
-            })?;
-            headers.append(HeaderName::from_static(name), sensitive(credential));
+            herma_providers::append_header(&mut headers, name, value.expose())
+                .map_err(|e| upstream_problem(e, &target.host))?;
         }
         let response = self
             .upstream
@@ -452,10 +449,4 @@ impl App {
         }
         Ok((response.status, headers, response.body))
     }
-}
-
-/// A credential's header value, kept out of debug output and HTTP/2 header compression tables.
-fn sensitive(mut value: HeaderValue) -> HeaderValue {
-    value.set_sensitive(true);
-    value
 }
