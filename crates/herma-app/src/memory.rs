@@ -19,7 +19,7 @@ use herma_core::wire::Protocol;
 use herma_core::wire::answer::response_text;
 use herma_core::{CallerScope, Timestamp};
 use herma_store::runtime::InFlight;
-use herma_store::{Runtime, Store};
+use herma_store::{EntityTurn, Runtime, Store};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Response bytes kept for extraction at most.
@@ -120,12 +120,11 @@ impl MemoryWorker {
             let (store, running) = (direct.store.clone(), direct.running.clone());
             let max_entities = direct.max_entities;
             let started = direct.runtime.spawn(Box::pin(async move {
-                let mut pending = Vec::new();
-                if let Err(err) = process(store.as_ref(), &turn, max_entities, &mut pending).await
-                {
+                let mut pending = Pending::default();
+                if let Err(err) = process(store.as_ref(), &turn, &mut pending).await {
                     tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
                 }
-                write_outcomes(store.as_ref(), &mut pending).await;
+                pending.write(store.as_ref(), max_entities).await;
                 running.finish();
             }));
             if !started {
@@ -178,8 +177,8 @@ impl MemoryWorker {
     }
 }
 
-/// Turns taken off the queue at once. Their rule outcomes are written together (one statement
-/// per batch rather than a transaction per turn), which is most of what memory costs.
+/// Turns taken off the queue at once. Their entities and rule outcomes are written together (a
+/// transaction per batch rather than per turn), which is most of what memory costs.
 const BATCH: usize = 128;
 /// Under light load turns trickle in one by one; waiting this long lets one write carry many.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
@@ -190,7 +189,7 @@ async fn run(
     max_entities: u64,
     runtime: Arc<dyn Runtime>,
 ) {
-    let mut pending: Vec<RuleOutcomeRecord> = Vec::new();
+    let mut pending = Pending::default();
     let mut messages = Vec::with_capacity(BATCH);
     while receiver.recv_many(&mut messages, BATCH).await > 0 {
         let flushing = messages.iter().any(|m| matches!(m, Message::Flush(_)));
@@ -206,39 +205,60 @@ async fn run(
         for message in messages.drain(..) {
             match message {
                 Message::Turn(turn) => {
-                    if let Err(err) =
-                        process(store.as_ref(), &turn, max_entities, &mut pending).await
-                    {
+                    if let Err(err) = process(store.as_ref(), &turn, &mut pending).await {
                         tracing::warn!(error = %err, receipt = %turn.receipt_id, "entity memory for a turn failed");
                     }
                 }
                 Message::Flush(done) => {
-                    write_outcomes(store.as_ref(), &mut pending).await;
+                    pending.write(store.as_ref(), max_entities).await;
                     let _ = done.send(());
                 }
             }
         }
-        write_outcomes(store.as_ref(), &mut pending).await;
+        pending.write(store.as_ref(), max_entities).await;
     }
 }
 
-async fn write_outcomes(store: &dyn Store, pending: &mut Vec<RuleOutcomeRecord>) {
-    if pending.is_empty() {
-        return;
-    }
-    if let Err(err) = store.insert_outcomes(pending).await {
-        tracing::warn!(error = %err, outcomes = pending.len(), "writing rule outcomes failed");
-    }
-    pending.clear();
+/// What processed turns leave to write: their entities and their rule outcomes.
+#[derive(Default)]
+struct Pending {
+    entities: Vec<EntityTurn>,
+    outcomes: Vec<RuleOutcomeRecord>,
 }
 
-/// Records one turn's entities and queues its rule outcomes on `pending` (written by the
-/// caller, batched; written first here when attribution needs to read earlier turns).
+impl Pending {
+    /// Writes what is pending — the entities of all its turns in one write, the outcomes in
+    /// another — and empties it. A failure is logged: memory is derived data.
+    async fn write(&mut self, store: &dyn Store, max_entities: u64) {
+        if !self.entities.is_empty() {
+            if let Err(err) = store
+                .record_entity_turns(&self.entities, max_entities)
+                .await
+            {
+                tracing::warn!(error = %err, turns = self.entities.len(), "writing entity memory failed");
+            }
+            self.entities.clear();
+        }
+        self.write_outcomes(store).await;
+    }
+
+    async fn write_outcomes(&mut self, store: &dyn Store) {
+        if self.outcomes.is_empty() {
+            return;
+        }
+        if let Err(err) = store.insert_outcomes(&self.outcomes).await {
+            tracing::warn!(error = %err, outcomes = self.outcomes.len(), "writing rule outcomes failed");
+        }
+        self.outcomes.clear();
+    }
+}
+
+/// Queues one turn's entities and rule outcomes on `pending` (written by the caller, batched;
+/// its outcomes written first here when attribution needs to read earlier turns).
 async fn process(
     store: &dyn Store,
     turn: &TurnRecord,
-    max_entities: u64,
-    pending: &mut Vec<RuleOutcomeRecord>,
+    pending: &mut Pending,
 ) -> Result<(), herma_store::StoreError> {
     let answer = response_text(
         turn.protocol,
@@ -248,9 +268,12 @@ async fn process(
     );
     let seen = observations(&turn.paths, &turn.user_text, &turn.tool_results, &answer);
     if !seen.is_empty() {
-        store
-            .record_entities(&turn.scope, &turn.project_tag, &seen, turn.at, max_entities)
-            .await?;
+        pending.entities.push(EntityTurn {
+            scope: turn.scope.clone(),
+            project_tag: turn.project_tag.clone(),
+            observations: seen,
+            at: turn.at,
+        });
     }
     let record = |provision_id: &str,
                   version: u64,
@@ -276,7 +299,7 @@ async fn process(
         );
         if !signatures.is_empty() {
             // Turn N-1 may still be in the batch.
-            write_outcomes(store, pending).await;
+            pending.write_outcomes(store).await;
             for (id, version) in store
                 .fired_in_turn(&turn.scope, &turn.conversation_id, turn.turn - 1)
                 .await?
@@ -293,11 +316,11 @@ async fn process(
             }
         }
     }
-    pending.extend(
+    pending.outcomes.extend(
         turn.outcomes
             .iter()
             .map(|(id, version, outcome)| record(id, *version, *outcome, turn.turn, None)),
     );
-    pending.extend(retries);
+    pending.outcomes.extend(retries);
     Ok(())
 }

@@ -19,8 +19,12 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Receipts written per store call at most.
 const MAX_BATCH: usize = 256;
-/// How long a partial batch waits for more receipts before it is written.
-const LINGER: Duration = Duration::from_millis(2);
+/// How long a partial batch waits for more receipts before it is written. Every commit rewrites
+/// the pages it touches (the table's and its indexes' last pages, the file header), so fewer,
+/// larger batches write fewer pages per receipt; a read that misses a queued receipt flushes
+/// ([`App::receipt`](crate::App::receipt)), and the journal keeps queued receipts across a
+/// crash.
+const LINGER: Duration = Duration::from_millis(10);
 
 /// What the writer task receives.
 enum Message {
@@ -180,6 +184,24 @@ impl ReceiptWriter {
     }
 }
 
+impl crate::App {
+    /// One of `scope`'s receipts. A receipt not in the store yet may still be queued in this
+    /// process's writer (its response has ended; its batch has not been written): a miss
+    /// flushes the writer and reads again, so a receipt named in `x-herma-receipt` is found
+    /// here once its response has ended (on the instance that served it).
+    pub async fn receipt(
+        &self,
+        scope: &herma_core::CallerScope,
+        id: &str,
+    ) -> herma_store::StoreResult<Option<InjectionReceipt>> {
+        if let Some(receipt) = self.store.get_receipt(scope, id).await? {
+            return Ok(Some(receipt));
+        }
+        self.receipts.flush().await;
+        self.store.get_receipt(scope, id).await
+    }
+}
+
 async fn drain(
     store: Arc<dyn ReceiptStore>,
     mut receiver: mpsc::Receiver<Message>,
@@ -189,8 +211,10 @@ async fn drain(
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
         // Under light load receipts trickle in one by one; waiting a moment lets one write
-        // carry many of them instead of paying a round trip each.
-        if messages.len() < MAX_BATCH {
+        // carry many of them instead of paying a round trip each. Someone waiting for a
+        // flush (a read that missed) does not wait for more.
+        let flushing = messages.iter().any(|m| matches!(m, Message::Flush(_)));
+        if messages.len() < MAX_BATCH && !flushing {
             runtime.sleep(LINGER).await;
             while messages.len() < MAX_BATCH {
                 match receiver.try_recv() {

@@ -30,14 +30,35 @@ fn re(pattern: &str) -> Option<Regex> {
     Regex::new(pattern).ok()
 }
 
-/// Every match of an optional pattern.
-fn matches<'t>(
-    pattern: &Option<Regex>,
-    text: &'t str,
-) -> impl Iterator<Item = regex::Captures<'t>> {
-    pattern
-        .iter()
-        .flat_map(move |p| p.captures_iter(text).collect::<Vec<_>>())
+/// Calls `each` with every match of an optional pattern: its group 1 where the pattern has one
+/// and it took part, else the whole match. One set of capture slots serves every match (a
+/// `Captures` per match is an allocation), and a pattern without groups only finds.
+fn each_match<'t>(pattern: &Option<Regex>, text: &'t str, mut each: impl FnMut(&'t str)) {
+    let Some(pattern) = pattern else { return };
+    if pattern.captures_len() == 1 {
+        pattern.find_iter(text).for_each(|m| each(m.as_str()));
+        return;
+    }
+    let mut slots = pattern.capture_locations();
+    let (mut at, mut last_end) = (0, None);
+    while let Some(m) = pattern.captures_read_at(&mut slots, text, at) {
+        // As `captures_iter`: an empty match where the previous one ended is not a match.
+        if !(m.is_empty() && last_end == Some(m.end())) {
+            match slots.get(1) {
+                Some((start, end)) => each(&text[start..end]),
+                None => each(m.as_str()),
+            }
+            last_end = Some(m.end());
+        }
+        at = m.end();
+        if m.is_empty() {
+            // Step over one character so an empty match is not found again.
+            match text[at..].chars().next() {
+                Some(c) => at += c.len_utf8(),
+                None => break,
+            }
+        }
+    }
 }
 
 /// `tessera://…` URIs.
@@ -89,20 +110,18 @@ pub fn error_signatures<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<Str
     let mut out = Vec::new();
     for text in texts {
         for (pattern, kind) in ERRORS.iter() {
-            for captures in matches(pattern, text) {
-                let Some(code) = captures.get(1) else {
-                    continue;
-                };
+            // Every pattern's group 1 is its code.
+            each_match(pattern, text, |code| {
                 // Codes keep their spelling (`E0308`, `KeyError`); phrases are normalized.
                 let code = match *kind {
-                    "signal" | "tests" => code.as_str().to_ascii_lowercase().replace(' ', "-"),
-                    _ => code.as_str().to_owned(),
+                    "signal" | "tests" => code.to_ascii_lowercase().replace(' ', "-"),
+                    _ => code.to_owned(),
                 };
                 let signature = format!("{kind}:{code}");
                 if seen.insert(signature.clone()) {
                     out.push(signature);
                 }
-            }
+            });
         }
     }
     out
@@ -141,22 +160,14 @@ pub fn observations(
             (&*TESSERA_URI, EntityKind::TesseraUri),
             (&*STATUTE_CARD, EntityKind::StatuteCardId),
         ] {
-            for c in matches(pattern, text) {
-                if let Some(m) = c.get(0) {
-                    push(kind, m.as_str());
-                }
-            }
+            each_match(pattern, text, |m| push(kind, m));
         }
     }
     // Symbols from what people and the model wrote, not from raw tool output (too noisy).
     // Group 1 when the pattern has one (the name inside backticks or before `()`), else all.
     for text in [user_text, response_text] {
         for pattern in [&*BACKTICKED, &*PATH_SYMBOL, &*CALL, &*CAMEL] {
-            for c in matches(pattern, text) {
-                if let Some(symbol) = c.get(1).or_else(|| c.get(0)) {
-                    push(EntityKind::CodeSymbol, symbol.as_str());
-                }
-            }
+            each_match(pattern, text, |symbol| push(EntityKind::CodeSymbol, symbol));
         }
     }
     for signature in error_signatures(texts.iter().copied()) {
@@ -355,20 +366,61 @@ mod tests {
     use crate::caller::CallerScope;
     use crate::time::Timestamp;
 
-    #[test]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn every_pattern_compiles() {
-        for pattern in [
+    /// Every pattern extraction uses, the error signatures' last.
+    fn every_pattern() -> impl Iterator<Item = &'static Option<Regex>> {
+        [
             &*TESSERA_URI,
             &*STATUTE_CARD,
             &*BACKTICKED,
             &*PATH_SYMBOL,
             &*CALL,
             &*CAMEL,
-        ] {
-            assert!(pattern.is_some());
+        ]
+        .into_iter()
+        .chain(ERRORS.iter().map(|(p, _)| p))
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn every_pattern_compiles() {
+        assert_eq!(every_pattern().count(), 13);
+        assert!(every_pattern().all(Option::is_some));
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn each_match_finds_what_captures_iter_finds() {
+        let text = "See `Parser::parse()` and `x.y` then run_all() again; HttpClient::new \
+            in src/App.rs, tessera://nouns/a?b=1 statute://us/17/107 sc-us-17-107. \
+            error[E0308]: mismatched; TS2345 failed; KeyError: 'k'; ENOENT; thread panicked at \
+            x; Segmentation Fault; test result: FAILED. ünïcödé `Ça` CamelCaseName done() ";
+        for pattern in every_pattern() {
+            let regex = pattern.as_ref().unwrap();
+            let want: Vec<&str> = regex
+                .captures_iter(text)
+                .filter_map(|c| c.get(1).or_else(|| c.get(0)))
+                .map(|m| m.as_str())
+                .collect();
+            let mut got = Vec::new();
+            each_match(pattern, text, |m| got.push(m));
+            assert!(!want.is_empty(), "{regex} matches the sample");
+            assert_eq!(got, want, "{regex}");
         }
-        assert!(ERRORS.iter().all(|(p, _)| p.is_some()));
+        // Empty matches, as `captures_iter` has them.
+        for (pattern, text) in [
+            ("(x*)", "aéxxb"),
+            ("(x*)", "xx"),
+            ("(x*?)", "aéx"),
+            ("(é*)", "éaé"),
+        ] {
+            let regex = re(pattern);
+            let want: Vec<&str> = (regex.as_ref().unwrap().captures_iter(text))
+                .map(|c| c.get(1).unwrap().as_str())
+                .collect();
+            let mut got = Vec::new();
+            each_match(&regex, text, |m| got.push(m));
+            assert_eq!(got, want, "{pattern} in {text}");
+        }
     }
 
     #[test]

@@ -7,8 +7,9 @@ use herma_core::memory::RuleStats;
 use herma_core::model::{HarnessKey, InjectionReceipt, RuleOutcomeRecord, WorkingEntity};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::{
-    AppliedMigration, ClaimStore, EntityObservation, EntityStore, KeyStore, OutcomeStore,
-    ReceiptStore, Store, StoreError, StoreResult, StoredVectors, VectorStore, encode_vectors,
+    AppliedMigration, ClaimStore, EntityObservation, EntityStore, EntityTurn, KeyStore,
+    OutcomeStore, ReceiptStore, Store, StoreError, StoreResult, StoredVectors, VectorStore,
+    encode_vectors,
 };
 
 use crate::query::{RowsInsert, RowsStatements};
@@ -23,6 +24,7 @@ pub struct SqlStore<B> {
     pub(crate) db: B,
     receipts_insert: RowsStatements,
     outcomes_insert: RowsStatements,
+    entities_upsert: RowsStatements,
 }
 
 impl<B: Backend> SqlStore<B> {
@@ -37,6 +39,10 @@ impl<B: Backend> SqlStore<B> {
             outcomes_insert: RowsStatements::new(
                 OUTCOMES_INSERT,
                 OUTCOMES_INSERT.rows_within::<B>(OUTCOME_CHUNK),
+            ),
+            entities_upsert: RowsStatements::new(
+                ENTITIES_UPSERT,
+                ENTITIES_UPSERT.rows_within::<B>(ENTITY_CHUNK),
             ),
         }
     }
@@ -65,6 +71,93 @@ impl<B: Backend> SqlStore<B> {
         }
     }
 }
+
+impl<B: Backend> SqlStore<B> {
+    /// Appends one turn's statements to `queries`: its observations counted (multi-row upserts
+    /// of distinct entities), then the scope's excess over `max_per_scope` counted and evicted,
+    /// least seen first, both from the count after the upserts. Returns the index of the
+    /// statement whose rows are the evicted entities.
+    fn entity_turn<'q>(
+        &'q self,
+        queries: &mut Vec<Query<'q>>,
+        scope: &'q CallerScope,
+        project_tag: &'q str,
+        observations: &'q [EntityObservation],
+        now: Timestamp,
+        max_per_scope: u64,
+    ) -> StoreResult<usize> {
+        let at = now.as_millis();
+        let mut rest = observations;
+        while !rest.is_empty() {
+            // An upsert may not meet one entity twice (PostgreSQL refuses to update a row a
+            // second time in one statement): a repeated observation starts the next statement.
+            let mut seen = std::collections::HashSet::new();
+            let rows = rest
+                .iter()
+                .take(self.entities_upsert.max_rows())
+                .take_while(|o| seen.insert((o.kind.as_str(), o.value.as_str())))
+                .count();
+            let (chunk, tail) = rest.split_at(rows);
+            let mut query = self.entities_upsert.query::<B>(rows);
+            for obs in chunk {
+                query = query
+                    .bind(scope.as_str())
+                    .bind(project_tag)
+                    .bind(obs.kind.as_str())
+                    .bind(&obs.value)
+                    .bind(at)
+                    .bind(at);
+            }
+            queries.push(query);
+            rest = tail;
+        }
+        let max = to_i64(max_per_scope)?;
+        queries.push(
+            B::query(
+                "INSERT INTO entity_evictions (caller_scope, evicted)
+                 SELECT ?, total - ? FROM (
+                   SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?) AS c
+                 WHERE total > ?
+                 ON CONFLICT (caller_scope)
+                 DO UPDATE SET evicted = entity_evictions.evicted + excluded.evicted",
+            )
+            .bind(scope.as_str())
+            .bind(max)
+            .bind(scope.as_str())
+            .bind(max),
+        );
+        queries.push(
+            B::query(
+                "DELETE FROM working_entities
+                 WHERE caller_scope = ? AND (project_tag, kind, value) IN (
+                   SELECT project_tag, kind, value FROM working_entities WHERE caller_scope = ?
+                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC
+                   LIMIT (SELECT CASE WHEN count(*) > ? THEN count(*) - ? ELSE 0 END
+                          FROM working_entities WHERE caller_scope = ?))
+                 RETURNING 1 AS evicted",
+            )
+            .bind(scope.as_str())
+            .bind(scope.as_str())
+            .bind(max)
+            .bind(max)
+            .bind(scope.as_str()),
+        );
+        Ok(queries.len() - 1)
+    }
+}
+
+/// Entities per upsert statement (6 parameters each), where the engine's parameter limit allows.
+const ENTITY_CHUNK: usize = 64;
+
+const ENTITIES_UPSERT: RowsInsert = RowsInsert {
+    head: "INSERT INTO working_entities AS w (caller_scope, project_tag, kind, value, count,
+             first_seen, last_seen) VALUES ",
+    row: "(?, ?, ?, ?, 1, ?, ?)",
+    tail: " ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
+             SET count = w.count + 1,
+                 last_seen = CASE WHEN w.last_seen > excluded.last_seen
+                             THEN w.last_seen ELSE excluded.last_seen END",
+};
 
 /// Receipts per INSERT statement (5 parameters each), where the engine's parameter limit allows.
 const RECEIPT_CHUNK: usize = 64;
@@ -215,65 +308,45 @@ impl<B: Backend> EntityStore for SqlStore<B> {
         now: Timestamp,
         max_per_scope: u64,
     ) -> StoreResult<u64> {
-        let upsert = B::statement(
-            "INSERT INTO working_entities AS w (caller_scope, project_tag, kind, value, count,
-               first_seen, last_seen)
-             VALUES (?, ?, ?, ?, 1, ?, ?)
-             ON CONFLICT (caller_scope, project_tag, kind, value) DO UPDATE
-               SET count = w.count + 1,
-                   last_seen = CASE WHEN w.last_seen > excluded.last_seen
-                               THEN w.last_seen ELSE excluded.last_seen END",
-        );
-        let mut queries = Vec::with_capacity(observations.len() + 2);
-        for obs in observations {
-            queries.push(
-                upsert
-                    .query()
-                    .bind(scope.as_str())
-                    .bind(project_tag)
-                    .bind(obs.kind.as_str())
-                    .bind(&obs.value)
-                    .bind(now.as_millis())
-                    .bind(now.as_millis()),
-            );
-        }
-        // Then, in the same batch, the caller's excess over its bound is counted and evicted
-        // (least seen first): one statement adds it to the eviction counter, the next deletes
-        // that many, both from the count after the upserts.
-        let max = to_i64(max_per_scope)?;
-        queries.push(
-            B::query(
-                "INSERT INTO entity_evictions (caller_scope, evicted)
-                 SELECT ?, total - ? FROM (
-                   SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?) AS c
-                 WHERE total > ?
-                 ON CONFLICT (caller_scope)
-                 DO UPDATE SET evicted = entity_evictions.evicted + excluded.evicted",
-            )
-            .bind(scope.as_str())
-            .bind(max)
-            .bind(scope.as_str())
-            .bind(max),
-        );
-        queries.push(
-            B::query(
-                "DELETE FROM working_entities
-                 WHERE caller_scope = ? AND (project_tag, kind, value) IN (
-                   SELECT project_tag, kind, value FROM working_entities WHERE caller_scope = ?
-                   ORDER BY count ASC, last_seen ASC, project_tag ASC, kind ASC, value ASC
-                   LIMIT (SELECT CASE WHEN count(*) > ? THEN count(*) - ? ELSE 0 END
-                          FROM working_entities WHERE caller_scope = ?))
-                 RETURNING 1 AS evicted",
-            )
-            .bind(scope.as_str())
-            .bind(scope.as_str())
-            .bind(max)
-            .bind(max)
-            .bind(scope.as_str()),
-        );
+        let mut queries = Vec::with_capacity(3);
+        let eviction = self.entity_turn(
+            &mut queries,
+            scope,
+            project_tag,
+            observations,
+            now,
+            max_per_scope,
+        )?;
         let results = self.db.batch(queries).await?;
-        let evicted = results.last().map_or(0, Vec::len);
-        Ok(evicted as u64)
+        Ok(results.get(eviction).map_or(0, Vec::len) as u64)
+    }
+
+    async fn record_entity_turns(
+        &self,
+        turns: &[EntityTurn],
+        max_per_scope: u64,
+    ) -> StoreResult<u64> {
+        // Every turn's statements in one batch: one transaction (one commit) for all of them.
+        let mut queries = Vec::with_capacity(turns.len() * 3);
+        let mut evictions = Vec::with_capacity(turns.len());
+        for turn in turns {
+            evictions.push(self.entity_turn(
+                &mut queries,
+                &turn.scope,
+                &turn.project_tag,
+                &turn.observations,
+                turn.at,
+                max_per_scope,
+            )?);
+        }
+        if queries.is_empty() {
+            return Ok(0);
+        }
+        let results = self.db.batch(queries).await?;
+        Ok(evictions
+            .iter()
+            .map(|&i| results.get(i).map_or(0, Vec::len) as u64)
+            .sum())
     }
 
     async fn list_entities(

@@ -20,8 +20,8 @@ use herma_core::{CallerScope, Timestamp};
 use serde_json::{Value, json};
 
 use crate::{
-    Collection, DocumentStoreExt, EntityObservation, ImportSummary, Page, Revisions, Store,
-    StoreError,
+    Collection, DocumentStoreExt, EntityObservation, EntityTurn, ImportSummary, Page, Revisions,
+    Store, StoreError,
 };
 
 /// Generates one test per conformance case for a backend.
@@ -43,6 +43,7 @@ macro_rules! store_conformance_tests {
             usage_counts_a_callers_documents_and_their_bytes,
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
+            entity_turns_in_one_write_count_and_evict_as_one_by_one,
             outcomes_are_listed_newest_first_per_scope,
             old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept,
             a_large_batch_of_outcomes_keeps_its_order,
@@ -743,6 +744,85 @@ pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn
         "other callers untouched"
     );
     assert_eq!(store.list_entities(&scope, None, 1).await.unwrap().len(), 1);
+}
+
+/// A batch of turns (two scopes interleaved, a turn larger than one statement takes, an
+/// observation repeated within a turn, evictions in the middle, a turn with no observations)
+/// leaves exactly what recording them one by one leaves.
+pub async fn entity_turns_in_one_write_count_and_evict_as_one_by_one(store: Arc<dyn Store>) {
+    let obs = |kind, value: String| EntityObservation { kind, value };
+    let many: Vec<_> = (0..70)
+        .map(|i| obs(EntityKind::CodeSymbol, format!("sym{i:02}")))
+        .collect();
+    let again = vec![
+        obs(EntityKind::CodeSymbol, "sym00".into()),
+        obs(EntityKind::CodeSymbol, "sym69".into()),
+        obs(EntityKind::FilePath, "src/a.rs".into()),
+        obs(EntityKind::CodeSymbol, "sym69".into()),
+    ];
+    let other = vec![obs(EntityKind::FilePath, "x".into())];
+    // (which scope, project, observations, time)
+    let plan = [
+        (0, "p", many.clone(), 1),
+        (1, "p", other.clone(), 2),
+        (0, "q", again.clone(), 3),
+        (1, "p", other.clone(), 4),
+        (0, "p", Vec::new(), 5),
+        (0, "p", again.clone(), 6),
+    ];
+    const MAX: u64 = 50;
+    let (one, batch) = (
+        [fresh_scope(), fresh_scope()],
+        [fresh_scope(), fresh_scope()],
+    );
+    let mut evicted_one = 0;
+    for (who, project, observations, time) in &plan {
+        evicted_one += store
+            .record_entities(&one[*who], project, observations, at(*time), MAX)
+            .await
+            .unwrap();
+    }
+    let turns: Vec<EntityTurn> = plan
+        .iter()
+        .map(|(who, project, observations, time)| EntityTurn {
+            scope: batch[*who].clone(),
+            project_tag: (*project).to_owned(),
+            observations: observations.clone(),
+            at: at(*time),
+        })
+        .collect();
+    let evicted_batch = store.record_entity_turns(&turns, MAX).await.unwrap();
+    assert_eq!(evicted_batch, evicted_one);
+    assert!(evicted_one >= 20, "the plan evicts: {evicted_one}");
+    assert_eq!(store.record_entity_turns(&[], MAX).await.unwrap(), 0);
+    for who in 0..2 {
+        let listed = |scope: CallerScope| {
+            let store = store.clone();
+            async move {
+                let entities = store.list_entities(&scope, None, 1000).await.unwrap();
+                let rows: Vec<_> = entities
+                    .into_iter()
+                    .map(|e| {
+                        (
+                            e.project_tag,
+                            e.kind,
+                            e.value,
+                            e.count,
+                            e.first_seen,
+                            e.last_seen,
+                        )
+                    })
+                    .collect();
+                (rows, store.entity_evictions(&scope).await.unwrap())
+            }
+        };
+        let (want, got) = (
+            listed(one[who].clone()).await,
+            listed(batch[who].clone()).await,
+        );
+        assert!(!want.0.is_empty());
+        assert_eq!(got, want, "scope {who}");
+    }
 }
 
 pub async fn old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept(

@@ -82,6 +82,15 @@ pub trait ReceiptStore: Send + Sync {
 /// One observation of an entity in a proxied turn.
 pub use herma_core::memory::Observation as EntityObservation;
 
+/// One turn's observations, for [`EntityStore::record_entity_turns`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntityTurn {
+    pub scope: CallerScope,
+    pub project_tag: String,
+    pub observations: Vec<EntityObservation>,
+    pub at: Timestamp,
+}
+
 /// Working entities, bounded per caller scope.
 #[async_trait]
 pub trait EntityStore: Send + Sync {
@@ -95,6 +104,30 @@ pub trait EntityStore: Send + Sync {
         now: Timestamp,
         max_per_scope: u64,
     ) -> StoreResult<u64>;
+
+    /// Records several turns in order, each exactly as [`EntityStore::record_entities`] would
+    /// (its observations counted, then its scope's excess evicted), in one write where the
+    /// engine can: the memory worker hands over whole batches. Returns how many were evicted
+    /// in all.
+    async fn record_entity_turns(
+        &self,
+        turns: &[EntityTurn],
+        max_per_scope: u64,
+    ) -> StoreResult<u64> {
+        let mut evicted = 0;
+        for turn in turns {
+            evicted += self
+                .record_entities(
+                    &turn.scope,
+                    &turn.project_tag,
+                    &turn.observations,
+                    turn.at,
+                    max_per_scope,
+                )
+                .await?;
+        }
+        Ok(evicted)
+    }
     /// How many entities the scope has lost to eviction since it began.
     async fn entity_evictions(&self, scope: &CallerScope) -> StoreResult<u64>;
 

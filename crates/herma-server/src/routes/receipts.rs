@@ -25,8 +25,7 @@ pub async fn get_receipt(
     let scope = own_scope(&principal)?;
     let receipt = state
         .app
-        .store
-        .get_receipt(scope, &id)
+        .receipt(scope, &id)
         .await
         .map_err(herma_app::error::internal)?
         .ok_or_else(|| Problem::not_found("receipt", &id))?;

@@ -447,6 +447,39 @@ async fn upstream_errors_keep_their_status_body_and_headers() {
 }
 
 #[tokio::test]
+async fn a_receipt_is_readable_as_soon_as_its_response_has_ended() {
+    // Receipts are written in batches, a moment after their responses; a read of one still
+    // queued finds it.
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    for (path, _) in PROTOCOLS {
+        for stream in [false, true] {
+            let response = send(&app, &mock, &key, path, body(path, "m", "hi", stream), &[]).await;
+            let id = response.headers()["x-herma-receipt"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            response.bytes().await.unwrap();
+            let got = req(Method::GET, format!("/v1/receipts/{id}"))
+                .key(&key)
+                .send(&app)
+                .await;
+            assert_eq!(got.0, StatusCode::OK, "{path} stream={stream}: {}", got.2);
+            assert_eq!(got.2["id"], id.as_str());
+        }
+    }
+    let missing = req(
+        Method::GET,
+        "/v1/receipts/rcpt_000000000000ffffffffffffffffffff",
+    )
+    .key(&key)
+    .send(&app)
+    .await;
+    assert_eq!(missing.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn redirects_are_refused_and_never_followed() {
     let app = spawn_app(Backend::Memory, &[]).await;
     let mock = MockUpstream::start().await;
