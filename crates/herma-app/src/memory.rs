@@ -235,7 +235,17 @@ impl Pending {
                 .record_entity_turns(&self.entities, max_entities)
                 .await
             {
-                tracing::warn!(error = %err, turns = self.entities.len(), "writing entity memory failed");
+                // One bad turn (or a deadlock with another instance's batch) must not take the
+                // others with it: write them one by one.
+                tracing::warn!(error = %err, turns = self.entities.len(), "writing a batch of entity memory failed; writing turns singly");
+                for turn in &self.entities {
+                    if let Err(err) = store
+                        .record_entity_turns(std::slice::from_ref(turn), max_entities)
+                        .await
+                    {
+                        tracing::warn!(error = %err, scope = %turn.scope, "entity memory for a turn failed");
+                    }
+                }
             }
             self.entities.clear();
         }

@@ -186,9 +186,10 @@ impl ReceiptWriter {
 
 impl crate::App {
     /// One of `scope`'s receipts. A receipt not in the store yet may still be queued in this
-    /// process's writer (its response has ended; its batch has not been written): a miss
-    /// flushes the writer and reads again, so a receipt named in `x-herma-receipt` is found
-    /// here once its response has ended (on the instance that served it).
+    /// process's writer (its response has ended; its batch has not been written): a miss of a
+    /// well-formed receipt id flushes the writer and reads again, so a receipt named in
+    /// `x-herma-receipt` is found here once its response has ended, on the instance that
+    /// served it (unless the queue was full and it is still waiting for room).
     pub async fn receipt(
         &self,
         scope: &herma_core::CallerScope,
@@ -196,6 +197,10 @@ impl crate::App {
     ) -> herma_store::StoreResult<Option<InjectionReceipt>> {
         if let Some(receipt) = self.store.get_receipt(scope, id).await? {
             return Ok(Some(receipt));
+        }
+        // Only an id Herma could have minted is worth a flush: a typo must not cut batches short.
+        if !crate::proxy::ids::is_receipt_id(id) {
+            return Ok(None);
         }
         self.receipts.flush().await;
         self.store.get_receipt(scope, id).await
@@ -211,8 +216,8 @@ async fn drain(
     let mut messages = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut messages, MAX_BATCH).await > 0 {
         // Under light load receipts trickle in one by one; waiting a moment lets one write
-        // carry many of them instead of paying a round trip each. Someone waiting for a
-        // flush (a read that missed) does not wait for more.
+        // carry many of them instead of paying a round trip each. A flush already queued (a
+        // read that missed) does not wait for more.
         let flushing = messages.iter().any(|m| matches!(m, Message::Flush(_)));
         if messages.len() < MAX_BATCH && !flushing {
             runtime.sleep(LINGER).await;
