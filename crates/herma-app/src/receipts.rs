@@ -199,12 +199,20 @@ impl crate::App {
             return Ok(Some(receipt));
         }
         // Only an id Herma could have minted is worth a flush: a typo must not cut batches short.
-        if !crate::proxy::ids::is_receipt_id(id) {
+        if !is_receipt_id(id) {
             return Ok(None);
         }
         self.receipts.flush().await;
         self.store.get_receipt(scope, id).await
     }
+}
+
+/// Whether `id` has the shape of a receipt id Herma mints (`App::receipt_id`): `rcpt_` and 32
+/// lowercase hex digits.
+fn is_receipt_id(id: &str) -> bool {
+    id.strip_prefix("rcpt_").is_some_and(|hex| {
+        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 async fn drain(
@@ -331,6 +339,24 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
+
+    #[test]
+    fn only_the_minted_shape_is_a_receipt_id() {
+        assert!(super::is_receipt_id(
+            "rcpt_01a23ccf1c3ebe1ffa89001122334455"
+        ));
+        for id in [
+            "rcpt_01A23CCF1C3EBE1FFA89001122334455",
+            "rcpt_01a23ccf1c3ebe1ffa890011223344",
+            "rcpt_01a23ccf1c3ebe1ffa8900112233445566",
+            "resp_01a23ccf1c3ebe1ffa89001122334455",
+            "rcpt_01a23ccf1c3ebe1ffa890011223344g5",
+            "rcpt_01a23ccf1c3ebe1ffa8900112233ü55",
+            "",
+        ] {
+            assert!(!super::is_receipt_id(id), "{id}");
+        }
+    }
 
     /// A memory store whose receipt writes wait for a permit, and fail `failures` times first.
     struct Gated {

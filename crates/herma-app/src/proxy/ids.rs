@@ -33,13 +33,6 @@ impl App {
     }
 }
 
-/// Whether `id` has the shape of a receipt id Herma mints: `rcpt_` and 32 lowercase hex digits.
-pub(crate) fn is_receipt_id(id: &str) -> bool {
-    id.strip_prefix("rcpt_").is_some_and(|hex| {
-        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
-}
-
 /// Appends `bytes` as lowercase hex.
 fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -60,23 +53,5 @@ mod tests {
         let mut time = String::new();
         super::push_hex(&mut time, &millis.to_be_bytes()[2..]);
         assert_eq!(time, format!("{millis:012x}"));
-    }
-
-    #[test]
-    fn only_the_minted_shape_is_a_receipt_id() {
-        assert!(super::is_receipt_id(
-            "rcpt_01a23ccf1c3ebe1ffa89001122334455"
-        ));
-        for id in [
-            "rcpt_01A23CCF1C3EBE1FFA89001122334455",
-            "rcpt_01a23ccf1c3ebe1ffa890011223344",
-            "rcpt_01a23ccf1c3ebe1ffa8900112233445566",
-            "resp_01a23ccf1c3ebe1ffa89001122334455",
-            "rcpt_01a23ccf1c3ebe1ffa890011223344g5",
-            "rcpt_01a23ccf1c3ebe1ffa8900112233ü55",
-            "",
-        ] {
-            assert!(!super::is_receipt_id(id), "{id}");
-        }
     }
 }

@@ -6,7 +6,7 @@
 //! [`plan`] decides what to do (shared with dry runs); [`observed`] relays the answer and seals
 //! the receipt; [`ids`] mints receipt and protocol ids.
 
-pub(crate) mod ids;
+mod ids;
 mod observed;
 mod plan;
 
