@@ -4,30 +4,19 @@
 
 // A benchmark fails loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
+mod support;
+
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use herma_core::memory::observations;
 use herma_core::{CallerScope, Timestamp};
-use herma_store::{EntityTurn, Store};
-use std::sync::Arc;
+use herma_store::EntityTurn;
 
 /// Turns per memory batch.
 const TURNS: usize = 16;
 const MAX_ENTITIES: u64 = 10_000;
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = rt.block_on(async {
-        Arc::new(
-            herma_store_sqlite::open_migrated(dir.path().join("m.db").to_str().unwrap())
-                .await
-                .unwrap(),
-        )
-    });
+    let (rt, store, _dir) = support::sqlite_store();
     let user = "The build fails in src/billing/invoice.rs: error[E0308]: mismatched types in \
         `Invoice::total()`. Fix `apply_discount()` so CustomerAccount totals match, then run \
         cargo test.";

@@ -3,26 +3,14 @@
 
 // A benchmark fails loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
+mod support;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use herma_core::model::{MatchedRule, ReceiptAction, ReceiptBody, Tier, Timings};
 use herma_core::{CallerScope, Timestamp};
-use herma_store::Store;
-use std::sync::Arc;
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = rt.block_on(async {
-        Arc::new(
-            herma_store_sqlite::open_migrated(dir.path().join("r.db").to_str().unwrap())
-                .await
-                .unwrap(),
-        )
-    });
+    let (rt, store, _dir) = support::sqlite_store();
     let scope = CallerScope::parse("key:0123456789abcdef").unwrap();
     let body = ReceiptBody {
         caller_scope: scope,

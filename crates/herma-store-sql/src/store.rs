@@ -70,9 +70,7 @@ impl<B: Backend> SqlStore<B> {
             _ => self.db.batch(queries).await.map(drop),
         }
     }
-}
 
-impl<B: Backend> SqlStore<B> {
     /// Appends one turn's statements to `queries`: its observations counted (multi-row upserts
     /// of distinct entities), then the scope's excess over `max_per_scope` counted and evicted,
     /// least seen first, both from the count after the upserts. Returns the index of the
