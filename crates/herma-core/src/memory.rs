@@ -194,16 +194,16 @@ pub fn project_tag(header: Option<&str>, system: Option<&str>) -> String {
     if let Some(tag) = header.and_then(clean) {
         return tag;
     }
+    // The whole match less its literal prefix is the group: `find` spares a capture search
+    // over the whole system prompt.
     system
-        .and_then(|s| CWD.as_ref()?.captures(s))
-        .and_then(|c| c.get(1))
+        .and_then(|s| CWD.as_ref()?.find(s))
         .and_then(|m| {
-            m.as_str()
-                .trim_end_matches('/')
-                .rsplit('/')
-                .next()
-                .and_then(clean)
+            let text = m.as_str();
+            text.strip_prefix("Working directory: ")
+                .or_else(|| text.strip_prefix("<cwd>"))
         })
+        .and_then(|dir| dir.trim_end_matches('/').rsplit('/').next().and_then(clean))
         .unwrap_or_else(|| "default".to_owned())
 }
 

@@ -55,6 +55,25 @@ impl Timestamp {
     pub fn to_rfc3339(self) -> String {
         let nanos = i128::from(self.0) * 1_000_000;
         match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+            // Written digit by digit: every receipt carries a few of these.
+            Ok(dt) if (0..=9999).contains(&dt.year()) => {
+                let mut text = String::with_capacity(24);
+                push_digits(&mut text, dt.year().unsigned_abs(), 4);
+                text.push('-');
+                push_digits(&mut text, u32::from(u8::from(dt.month())), 2);
+                text.push('-');
+                push_digits(&mut text, u32::from(dt.day()), 2);
+                text.push('T');
+                push_digits(&mut text, u32::from(dt.hour()), 2);
+                text.push(':');
+                push_digits(&mut text, u32::from(dt.minute()), 2);
+                text.push(':');
+                push_digits(&mut text, u32::from(dt.second()), 2);
+                text.push('.');
+                push_digits(&mut text, u32::from(dt.millisecond()), 3);
+                text.push('Z');
+                text
+            }
             Ok(dt) => {
                 let ms = dt.millisecond();
                 format!(
@@ -77,6 +96,19 @@ impl Timestamp {
         i64::try_from(dt.unix_timestamp_nanos() / 1_000_000)
             .ok()
             .map(Self)
+    }
+}
+
+/// `value`'s last `width` (at most 4) decimal digits, zero-padded.
+fn push_digits(text: &mut String, value: u32, width: usize) {
+    let mut digits = [b'0'; 4];
+    let mut rest = value;
+    for digit in digits.iter_mut().take(width).rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    for &digit in digits.iter().take(width) {
+        text.push(char::from(digit));
     }
 }
 
@@ -119,6 +151,37 @@ impl utoipa::ToSchema for Timestamp {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn rfc3339_text_is_what_the_formatter_writes() {
+        let formatted = |millis: i64| {
+            let dt =
+                OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000).unwrap();
+            format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                dt.year(),
+                u8::from(dt.month()),
+                dt.day(),
+                dt.hour(),
+                dt.minute(),
+                dt.second(),
+                dt.millisecond()
+            )
+        };
+        let mut millis: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00.000Z
+        let last: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+        while millis < last {
+            assert_eq!(Timestamp(millis).to_rfc3339(), formatted(millis));
+            millis += 7_919_993_337; // about three months, every field moving
+        }
+        for millis in [0, 1, 999, 1_000, -1, last, 1_764_763_200_123] {
+            assert_eq!(Timestamp(millis).to_rfc3339(), formatted(millis));
+        }
+        // Before the year 0 the formatter still writes it.
+        let before = -62_167_219_200_001;
+        assert_eq!(Timestamp(before).to_rfc3339(), formatted(before));
+    }
 
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]

@@ -1,8 +1,8 @@
 //! File paths a request touches: named in tool inputs (reads, writes, edits, patches, shell
 //! commands) and mentioned in the user's text. Path-glob triggers match against these.
 
+use super::raw::Raw;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 pub const MAX_PATHS: usize = 64;
 pub const MAX_PATH_CHARS: usize = 512;
@@ -38,7 +38,7 @@ fn push(paths: &mut Vec<String>, candidate: &str) {
 }
 
 /// Paths in a structured tool input (`tool_use.input`, `local_shell_call.action`).
-pub fn from_tool_input(paths: &mut Vec<String>, _tool: &str, input: Option<&RawValue>) {
+pub(crate) fn from_tool_input(paths: &mut Vec<String>, _tool: &str, input: Option<Raw<'_>>) {
     let Some(input) = input else { return };
     if let Ok(value) = serde_json::from_str::<Value>(input.get()) {
         walk(paths, &value, 0);
@@ -47,7 +47,7 @@ pub fn from_tool_input(paths: &mut Vec<String>, _tool: &str, input: Option<&RawV
 
 /// Paths in function-call `arguments` (a JSON string holding JSON) or a free-form custom tool
 /// input (for example a Codex `apply_patch` body).
-pub fn from_tool_arguments(paths: &mut Vec<String>, tool: &str, arguments: Option<&RawValue>) {
+pub(crate) fn from_tool_arguments(paths: &mut Vec<String>, tool: &str, arguments: Option<Raw<'_>>) {
     let Some(arguments) = arguments else { return };
     match serde_json::from_str::<Value>(arguments.get()) {
         Ok(Value::String(text)) => match serde_json::from_str::<Value>(&text) {
@@ -189,6 +189,7 @@ fn looks_like_path(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::value::RawValue;
 
     fn text_paths(text: &str) -> Vec<String> {
         let mut out = Vec::new();
@@ -223,19 +224,19 @@ mod tests {
             r#"{"file_path":"/repo/src/a.rs","command":"cat docs/b.md | head"}"#.into(),
         )
         .unwrap();
-        from_tool_input(&mut out, "Read", Some(&input));
+        from_tool_input(&mut out, "Read", Some(Raw::from(&*input)));
         let args = RawValue::from_string(
             serde_json::to_string(r#"{"paths":["x/y.py"],"cmd":["rg","foo","lib/z.ts"]}"#).unwrap(),
         )
         .unwrap();
-        from_tool_arguments(&mut out, "shell", Some(&args));
+        from_tool_arguments(&mut out, "shell", Some(Raw::from(&*args)));
         let patch =
             "*** Begin Patch\n*** Update File: crates/core/src/x.rs\n@@\n-a\n+b\n*** End Patch";
         let freeform = RawValue::from_string(serde_json::to_string(patch).unwrap()).unwrap();
-        from_tool_arguments(&mut out, "apply_patch", Some(&freeform));
+        from_tool_arguments(&mut out, "apply_patch", Some(Raw::from(&*freeform)));
         let diff =
             RawValue::from_string(r#"{"diff":"--- a/old.txt\n+++ b/new.txt\n"}"#.into()).unwrap();
-        from_tool_input(&mut out, "Edit", Some(&diff));
+        from_tool_input(&mut out, "Edit", Some(Raw::from(&*diff)));
         assert_eq!(
             out,
             [

@@ -8,7 +8,6 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::Envelope;
 use super::direct::DirectAnswer;
@@ -47,13 +46,13 @@ pub trait WireProtocol: Sync {
 
     // ---- the response --------------------------------------------------------------------------
 
-    /// The usage one streamed event reports (its raw JSON, an object when there is one). The
+    /// The usage one streamed event reports (its JSON text, an object when there is one). The
     /// proxy's usage observer reads only this, and only from events that mention `usage`,
     /// leaving the rest of the event unparsed; the stream decoders read their usage through it
     /// too.
-    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue>;
-    /// The usage member of a whole (non-streaming) JSON response body.
-    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue>;
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e str>;
+    /// The usage member of a whole (non-streaming) JSON response body (its JSON text).
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b str>;
     /// A fresh decoder turning this protocol's stream into neutral events.
     fn decoder(&self) -> Box<dyn EventDecoder>;
     /// The answer text one streamed event's data carries (entity memory reads it back).

@@ -1,16 +1,41 @@
 //! Lenient readers over raw JSON: proxied bodies are read through borrowed raw values, never
 //! refusing a shape Herma does not expect (what is not understood reads as absent).
+//!
+//! serde_json validates a body once, as its top-level members are read ([`Obj`]'s
+//! `Deserialize`); everything inside is then split by the walkers below, which only find where
+//! a value ends (strings, brackets) and trust the text to be JSON — which is why a [`Raw`] is
+//! only ever made from text serde_json has read. Reading a member's members or an array's
+//! elements with serde_json again validated the same bytes once more at every level.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+/// A JSON value as written inside a body serde_json has validated: a member's or an element's
+/// text, without the whitespace around it. Made only from text serde_json has read (or split
+/// from another `Raw`), so the walkers here may skip through it without validating it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The value's JSON text.
+    pub(crate) fn get(self) -> &'a str {
+        self.0
+    }
+}
+
+impl<'a> From<&'a RawValue> for Raw<'a> {
+    fn from(raw: &'a RawValue) -> Self {
+        Raw(raw.get())
+    }
+}
+
 /// A JSON object's members as raw values, read leniently: a repeated key keeps its last value
 /// (what most upstream JSON parsers do, so Herma reads the request the way the model's API
 /// will), and anything that is not an object reads as empty.
-#[derive(Debug, Default)]
-pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, Raw<'a>)>);
 
 struct Key<'a>(Cow<'a, str>);
 
@@ -51,7 +76,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
                 let mut members = Vec::new();
                 while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
                     let value: &'a RawValue = map.next_value()?;
-                    members.push((key, value));
+                    members.push((key, Raw::from(value)));
                 }
                 Ok(Obj(members))
             }
@@ -67,17 +92,15 @@ impl<'a> Obj<'a> {
     }
 
     /// The members of `raw` if it is an object, else none.
-    pub(crate) fn of(raw: Option<&'a RawValue>) -> Obj<'a> {
+    pub(crate) fn of(raw: Option<Raw<'a>>) -> Obj<'a> {
         match raw {
-            Some(raw) if raw.get().starts_with('{') => {
-                serde_json::from_str(raw.get()).unwrap_or_default()
-            }
+            Some(Raw(text)) if text.starts_with('{') => split_object(text).unwrap_or_default(),
             _ => Obj::default(),
         }
     }
 
     /// The last value given for `key` (JSON `null` included).
-    pub(crate) fn get(&self, key: &str) -> Option<&'a RawValue> {
+    pub(crate) fn get(&self, key: &str) -> Option<Raw<'a>> {
         self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
@@ -94,8 +117,9 @@ impl<'a> Obj<'a> {
             .map(|name| (*name).to_owned())
     }
 
-    pub(crate) fn array(&self, key: &str) -> Vec<&'a RawValue> {
-        raw_array(self.get(key))
+    /// The elements of the array at `key`, each as an object ([`raw_objects`]).
+    pub(crate) fn objects(&self, key: &str) -> Vec<(Obj<'a>, Raw<'a>)> {
+        raw_objects(self.get(key))
     }
 }
 
@@ -170,21 +194,24 @@ fn unescape_lossy(literal: &str) -> Option<String> {
 }
 
 /// Byte offset of a borrowed raw value inside `body`.
-pub(crate) fn offset_in(body: &str, raw: &RawValue) -> usize {
+pub(crate) fn offset_in(body: &str, raw: Raw<'_>) -> usize {
     (raw.get().as_ptr() as usize).saturating_sub(body.as_ptr() as usize)
 }
 
-pub(crate) fn raw_str(raw: Option<&RawValue>) -> Option<String> {
-    let raw = raw?;
-    if !raw.get().starts_with('"') {
-        return None;
+/// A string value's text (`None` for any other value).
+pub(crate) fn raw_str(raw: Option<Raw<'_>>) -> Option<String> {
+    let literal = raw?.get();
+    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        // No escapes: the text is what is written.
+        return Some(inner.to_owned());
     }
-    serde_json::from_str(raw.get())
+    serde_json::from_str(literal)
         .ok()
-        .or_else(|| unescape_lossy(raw.get()))
+        .or_else(|| unescape_lossy(literal))
 }
 
-pub(crate) fn raw_bool(raw: Option<&RawValue>) -> Option<bool> {
+pub(crate) fn raw_bool(raw: Option<Raw<'_>>) -> Option<bool> {
     match raw?.get() {
         "true" => Some(true),
         "false" => Some(false),
@@ -192,12 +219,11 @@ pub(crate) fn raw_bool(raw: Option<&RawValue>) -> Option<bool> {
     }
 }
 
-/// The elements of a raw array (empty when it is not one).
-pub(crate) fn raw_array(raw: Option<&RawValue>) -> Vec<&RawValue> {
+/// The elements of a raw array, each as an object (empty when it is not one) beside its text;
+/// empty when `raw` is not an array.
+pub(crate) fn raw_objects(raw: Option<Raw<'_>>) -> Vec<(Obj<'_>, Raw<'_>)> {
     match raw {
-        Some(raw) if raw.get().starts_with('[') => {
-            serde_json::from_str(raw.get()).unwrap_or_default()
-        }
+        Some(Raw(text)) if text.starts_with('[') => split_objects(text).unwrap_or_default(),
         _ => Vec::new(),
     }
 }
@@ -225,7 +251,7 @@ pub(crate) fn object_open(body: &str) -> Option<(usize, bool)> {
 }
 
 /// The position of the closing `]` of a raw array, and whether the array is empty.
-pub(crate) fn array_close(body: &str, raw: &RawValue) -> Option<(usize, bool)> {
+pub(crate) fn array_close(body: &str, raw: Raw<'_>) -> Option<(usize, bool)> {
     let start = offset_in(body, raw);
     let text = raw.get();
     let close = text.rfind(']')?;
@@ -234,14 +260,14 @@ pub(crate) fn array_close(body: &str, raw: &RawValue) -> Option<(usize, bool)> {
 }
 
 /// Text of a string-or-blocks content: the string, or the blocks of `text_types` joined.
-pub(crate) fn content_text(content: Option<&RawValue>, text_types: &[&str]) -> Option<String> {
+pub(crate) fn content_text(content: Option<Raw<'_>>, text_types: &[&str]) -> Option<String> {
     let content = content?;
     if let Some(text) = raw_str(Some(content)) {
         return Some(text);
     }
-    let parts: Vec<String> = raw_array(Some(content))
+    let parts: Vec<String> = raw_objects(Some(content))
         .into_iter()
-        .map(|block| Obj::of(Some(block)))
+        .map(|(block, _)| block)
         .filter(|block| {
             block
                 .str("type")
@@ -250,4 +276,312 @@ pub(crate) fn content_text(content: Option<&RawValue>, text_types: &[&str]) -> O
         .filter_map(|block| block.str("text"))
         .collect();
     (!parts.is_empty()).then(|| parts.join("\n"))
+}
+
+// ---- walking validated JSON ---------------------------------------------------------------
+
+/// How far `string_end` looks byte by byte before it searches.
+const SHORT_STRING: usize = 24;
+
+/// The first position at or after `at` that is not JSON whitespace.
+fn skip_space(text: &[u8], mut at: usize) -> usize {
+    while matches!(text.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Just past the string literal that opens at `at` (a `"`).
+fn string_end(text: &[u8], at: usize) -> Option<usize> {
+    // Most strings in a request (keys, types, names) are short: a plain loop finds their end
+    // before a vectorised search would have started.
+    let start = at + 1;
+    let head = text.get(start..)?;
+    let mut from = start + head.len().min(SHORT_STRING);
+    for (i, &byte) in head.iter().take(SHORT_STRING).enumerate() {
+        match byte {
+            b'"' => return Some(start + i + 1),
+            b'\\' => {
+                from = start + i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    loop {
+        let found = from + memchr::memchr2(b'"', b'\\', text.get(from..)?)?;
+        if text[found] == b'\\' {
+            from = found + 2;
+        } else {
+            return Some(found + 1);
+        }
+    }
+}
+
+/// Just past the value that starts at `at`.
+fn value_end(text: &[u8], at: usize) -> Option<usize> {
+    match *text.get(at)? {
+        b'"' => string_end(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&byte) = text.get(i) {
+                match byte {
+                    b'"' => {
+                        i = string_end(text, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        // A number, `true`, `false` or `null`.
+        _ => {
+            let rest = text.get(at..)?;
+            Some(
+                at + rest
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(rest.len()),
+            )
+        }
+    }
+}
+
+/// An object key's text: borrowed unless it has escapes. `None` for a key serde_json would
+/// not decode (a lone surrogate escape), which makes the whole object unreadable, as it was.
+fn key_text(literal: &str) -> Option<Cow<'_, str>> {
+    let inner = literal.get(1..literal.len().checked_sub(1)?)?;
+    if inner.contains('\\') {
+        serde_json::from_str(literal).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+/// The members of a validated object's text.
+fn split_object(text: &str) -> Option<Obj<'_>> {
+    object_at(text, 0).map(|(obj, _)| obj)
+}
+
+/// The members of the validated object that opens at `at`, and the position just past it.
+fn object_at(text: &str, at: usize) -> Option<(Obj<'_>, usize)> {
+    let bytes = text.as_bytes();
+    let mut members = Vec::new();
+    let mut at = skip_space(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return Some((Obj(members), at + 1));
+    }
+    loop {
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(bytes, at)?;
+        let key = key_text(text.get(at..key_end)?)?;
+        at = skip_space(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(bytes, at + 1);
+        let end = value_end(bytes, at)?;
+        members.push((key, Raw(text.get(at..end)?)));
+        at = skip_space(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            Some(b'}') => return Some((Obj(members), at + 1)),
+            _ => return None,
+        }
+    }
+}
+
+/// The elements of a validated array's text, each read as an object (empty when it is not one
+/// or cannot be read) beside its text: one walk, where finding the elements and then reading
+/// each would walk every element twice.
+fn split_objects(text: &str) -> Option<Vec<(Obj<'_>, Raw<'_>)>> {
+    let bytes = text.as_bytes();
+    let mut items = Vec::new();
+    let mut at = skip_space(bytes, 1);
+    if bytes.get(at) == Some(&b']') {
+        return Some(items);
+    }
+    loop {
+        let read = match bytes.get(at) {
+            Some(b'{') => object_at(text, at),
+            _ => None,
+        };
+        let (obj, end) = match read {
+            Some(read) => read,
+            None => (Obj::default(), value_end(bytes, at)?),
+        };
+        items.push((obj, Raw(text.get(at..end)?)));
+        at = skip_space(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            Some(b']') => return Some(items),
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What serde_json reads in `text`, every object and array inside it too, as
+    /// `(path, key or index, raw text)` — how `Obj::of` and `raw_array` read before the walkers.
+    fn by_serde(text: &str, path: &str, out: &mut Vec<(String, String, String)>) {
+        if text.starts_with('{') {
+            let obj: Obj<'_> = serde_json::from_str(text).unwrap();
+            for (key, value) in obj.0 {
+                out.push((path.into(), key.to_string(), value.get().into()));
+                by_serde(value.get(), &format!("{path}/{key}"), out);
+            }
+        } else if text.starts_with('[') {
+            let items: Vec<&RawValue> = serde_json::from_str(text).unwrap();
+            for (i, item) in items.into_iter().enumerate() {
+                out.push((path.into(), i.to_string(), item.get().into()));
+                by_serde(item.get(), &format!("{path}/{i}"), out);
+            }
+        }
+    }
+
+    /// The same through the walkers.
+    fn by_walkers(raw: Raw<'_>, path: &str, out: &mut Vec<(String, String, String)>) {
+        if raw.get().starts_with('{') {
+            for (key, value) in Obj::of(Some(raw)).0 {
+                out.push((path.into(), key.to_string(), value.get().into()));
+                by_walkers(value, &format!("{path}/{key}"), out);
+            }
+        } else {
+            for (i, (obj, item)) in raw_objects(Some(raw)).into_iter().enumerate() {
+                // An element read in the array's walk is what reading it alone gives.
+                assert_eq!(obj, Obj::of(Some(item)), "{}", item.get());
+                out.push((path.into(), i.to_string(), item.get().into()));
+                by_walkers(item, &format!("{path}/{i}"), out);
+            }
+        }
+    }
+
+    fn assert_walked_as_serde_reads(text: &str) {
+        let mut expected = Vec::new();
+        by_serde(text, "", &mut expected);
+        let top: &RawValue = serde_json::from_str(text).unwrap();
+        let mut walked = Vec::new();
+        by_walkers(Raw::from(top), "", &mut walked);
+        assert_eq!(walked, expected, "{text}");
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn the_walkers_split_values_exactly_as_serde_json_reads_them() {
+        for text in [
+            r#"{}"#,
+            r#"[]"#,
+            " { } ",
+            "[ ]",
+            r#"{"a":1,"b":-2.5e+3,"c":true,"d":false,"e":null,"f":"x","g":[],"h":{}}"#,
+            "{ \"a\" :\t1 ,\n\"b\"\r\n: [ 1 , 2 ,[3,[4]],{\"c\":{}} ] , \"z\" : \"\" }",
+            r#"{"quote \" in key":"a \"quoted\" value","back\\slash":"ends with \\","u\u00e9":"\ud83d\ude00"}"#,
+            r#"{"braces in strings":"{[}]","nested":{"s":"]}","t":["}",{"u":"{"}]}}"#,
+            r#"{"dup":1,"dup":2,"dup":{"dup":[1,1]}}"#,
+            r#"[1,"two",{"three":3},[4],null,true,false,-0.0,1E2]"#,
+            r#"{"über":"naïve ☃ text","emoji🙂":["🙂"]}"#,
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi\nthere"},{"type":"tool_result","content":"{\"not\":\"json\"}"}]}]}"#,
+        ] {
+            assert_walked_as_serde_reads(text);
+        }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_key_serde_json_would_not_decode_leaves_its_object_unread_as_before() {
+        // An ignored value is not checked for lone surrogates, so this passes the body's
+        // validation; serde_json refuses the key when the object itself is read.
+        let body = r#"{"inner":{"ok":1,"bad\ud800key":2}}"#;
+        let top: Obj<'_> = serde_json::from_str(body).unwrap();
+        let inner = top.get("inner").unwrap();
+        assert!(serde_json::from_str::<Obj<'_>>(inner.get()).is_err());
+        assert_eq!(Obj::of(Some(inner)), Obj::default());
+        // In an array, the elements after it are read all the same.
+        let body = r#"{"list":[{"bad\ud800key":2},{"ok":1}]}"#;
+        let top: Obj<'_> = serde_json::from_str(body).unwrap();
+        let list = top.objects("list");
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].0, Obj::default());
+        assert_eq!(list[0].1.get(), r#"{"bad\ud800key":2}"#);
+        assert_eq!(raw_str(list[1].0.get("ok")), None);
+        assert_eq!(list[1].0.get("ok").map(Raw::get), Some("1"));
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn strings_read_as_serde_json_reads_them() {
+        for literal in [
+            r#""plain""#,
+            r#""""#,
+            r#""esc\"aped\\ \n \t \u00e9 \ud83d\ude00""#,
+            r#""lone \ud800 surrogate""#,
+            r#""naïve ☃""#,
+        ] {
+            let expected = serde_json::from_str::<String>(literal)
+                .ok()
+                .or_else(|| unescape_lossy(literal));
+            assert_eq!(raw_str(Some(Raw(literal))), expected, "{literal}");
+        }
+        assert_eq!(raw_str(Some(Raw("12"))), None);
+    }
+
+    // Native only: proptest forks and times out with processes.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #[test]
+        fn walked_json_splits_as_serde_json_reads_it(value in json_value(), pretty: bool) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            if text.starts_with(['{', '[']) {
+                assert_walked_as_serde_reads(&text);
+            }
+        }
+
+        #[test]
+        fn the_walkers_never_panic_on_text_that_is_not_json(text in "[{\\[][ -~\\\\\"{}\\[\\]:,]{0,64}") {
+            let _ = Obj::of(Some(Raw(&text)));
+            let _ = raw_objects(Some(Raw(&text)));
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let scalar = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::String),
+            "[\"\\\\{}\\[\\]:, a-z]{0,12}".prop_map(Value::String),
+        ];
+        scalar.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec(("[\"\\\\{}\\[\\]:, a-z]{0,6}", inner), 0..6)
+                    .prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        })
+    }
 }

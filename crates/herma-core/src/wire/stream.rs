@@ -7,7 +7,6 @@
 //! use for their usage too.
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 use thiserror::Error;
 
 use super::Protocol;
@@ -149,8 +148,8 @@ impl Reference {
 
 /// An event's usage (see [`WireProtocol::event_usage`](super::WireProtocol::event_usage)) as
 /// JSON; `null` when there is none.
-pub(crate) fn usage_of(raw: Option<&RawValue>) -> Value {
-    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+pub(crate) fn usage_of(raw: Option<&str>) -> Value {
+    raw.and_then(|raw| serde_json::from_str(raw).ok())
         .unwrap_or(Value::Null)
 }
 

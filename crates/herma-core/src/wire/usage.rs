@@ -20,8 +20,11 @@ struct UsageOnly<'a> {
 }
 
 /// The top-level `usage` member of a JSON object body (where all three protocols put it).
-pub(crate) fn top_level(body: &[u8]) -> Option<&RawValue> {
-    serde_json::from_slice::<UsageOnly<'_>>(body).ok()?.usage
+pub(crate) fn top_level(body: &[u8]) -> Option<&str> {
+    serde_json::from_slice::<UsageOnly<'_>>(body)
+        .ok()?
+        .usage
+        .map(RawValue::get)
 }
 
 /// Largest JSON body kept for reading usage; larger bodies are relayed but not read.
@@ -86,7 +89,7 @@ impl UsageObserver {
                     return;
                 }
                 if let Some(raw) = wire.event_usage(&event.data)
-                    && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw.get())
+                    && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw)
                 {
                     merge(usage, &found);
                 }
@@ -107,7 +110,7 @@ impl UsageObserver {
             && !self.overflowed
             && self.json.trim_ascii_start().first() == Some(&b'{')
             && let Some(raw) = self.protocol.wire().body_usage(&self.json)
-            && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw.get())
+            && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw)
         {
             merge(&mut self.usage, &found);
         }

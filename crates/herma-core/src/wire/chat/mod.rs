@@ -15,13 +15,12 @@ mod read;
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 pub(super) use read::tool_name;
 
 use super::direct::DirectAnswer;
-use super::raw::Obj;
+use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
@@ -96,11 +95,11 @@ impl WireProtocol for ChatCompletions {
     }
 
     /// A chunk's `usage` (with `include_usage`, the last chunk before `[DONE]`).
-    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
-        Obj::parse(data)?.get("usage")
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e str> {
+        Obj::parse(data)?.get("usage").map(Raw::get)
     }
 
-    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b str> {
         usage::top_level(body)
     }
 

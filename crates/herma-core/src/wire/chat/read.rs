@@ -2,10 +2,8 @@
 //! `tool_calls` and `tool` results, `tools[].function.name`; and where a shim goes (a system
 //! message just before the latest user message).
 
-use serde_json::value::RawValue;
-
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, bounded, content_text, offset_in, push_unique, raw_bool,
+    DECIDED_MEMBERS, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
 };
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
@@ -23,7 +21,7 @@ static SYSTEM_MESSAGE: Splice = Splice {
 };
 
 /// Text parts of a chat `content` (a string, or parts of type `text`).
-fn text_of(content: Option<&RawValue>) -> Option<String> {
+fn text_of(content: Option<Raw<'_>>) -> Option<String> {
     content_text(content, &["text", "input_text"])
 }
 
@@ -38,13 +36,10 @@ pub(in crate::wire) fn tool_name(tool: &Obj<'_>) -> Option<String> {
 
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
-    let parsed: Vec<(String, Obj<'_>, &RawValue)> = top
-        .array("messages")
+    let parsed: Vec<(String, Obj<'_>, Raw<'_>)> = top
+        .objects("messages")
         .into_iter()
-        .map(|raw| {
-            let m = Obj::of(Some(raw));
-            (m.str("role").unwrap_or_default(), m, raw)
-        })
+        .map(|(m, raw)| (m.str("role").unwrap_or_default(), m, raw))
         .collect();
 
     let mut system_parts = Vec::new();
@@ -68,8 +63,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         match role.as_str() {
             "system" | "developer" => system_parts.extend(text_of(m.get("content"))),
             "assistant" => {
-                for call in m.array("tool_calls") {
-                    let call = Obj::of(Some(call));
+                for (call, _) in m.objects("tool_calls") {
                     let Some(function) = call.get("function").or(call.get("custom")) else {
                         continue;
                     };
@@ -95,10 +89,14 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     }
 
     let mut tools_offered = Vec::new();
-    for tool in top.array("tools").into_iter().chain(top.array("functions")) {
+    for (tool, _) in top
+        .objects("tools")
+        .into_iter()
+        .chain(top.objects("functions"))
+    {
         push_unique(
             &mut tools_offered,
-            tool_name(&Obj::of(Some(tool))).unwrap_or_default(),
+            tool_name(&tool).unwrap_or_default(),
             MAX_TOOL_NAMES,
         );
     }

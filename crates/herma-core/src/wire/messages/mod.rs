@@ -14,11 +14,10 @@ mod read;
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
-use super::raw::Obj;
+use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
@@ -82,14 +81,15 @@ impl WireProtocol for Messages {
     }
 
     /// `message_start` carries it in `message.usage`, `message_delta` in `usage`.
-    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e str> {
         let event = Obj::parse(data)?;
         Obj::of(event.get("message"))
             .get("usage")
             .or_else(|| event.get("usage"))
+            .map(Raw::get)
     }
 
-    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b str> {
         usage::top_level(body)
     }
 

@@ -2,11 +2,9 @@
 //! and `tool_result` blocks, `tools`, `metadata.user_id`; and where a shim goes (a text block
 //! at the end of `system`, after the harness's cache-marked blocks).
 
-use serde_json::value::RawValue;
-
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, array_close, bounded, content_text, object_open, offset_in, push_unique,
-    raw_array, raw_bool, raw_str,
+    DECIDED_MEMBERS, Obj, Raw, array_close, bounded, content_text, object_open, offset_in,
+    push_unique, raw_bool, raw_objects, raw_str,
 };
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
@@ -97,13 +95,10 @@ fn session_from_user_id(user_id: &str) -> Option<String> {
 
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
-    let parsed: Vec<(String, Option<&RawValue>, &RawValue)> = top
-        .array("messages")
+    let parsed: Vec<(String, Option<Raw<'_>>, Raw<'_>)> = top
+        .objects("messages")
         .into_iter()
-        .map(|raw| {
-            let m = Obj::of(Some(raw));
-            (m.str("role").unwrap_or_default(), m.get("content"), raw)
-        })
+        .map(|(m, raw)| (m.str("role").unwrap_or_default(), m.get("content"), raw))
         .collect();
 
     // The latest user turn: the last user message carrying text (not only tool results).
@@ -123,8 +118,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let mut tool_results = Vec::new();
     let mut found_paths = Vec::new();
     for (i, (_, content, _)) in parsed.iter().enumerate() {
-        for block in raw_array(*content) {
-            let block = Obj::of(Some(block));
+        for (block, _) in raw_objects(*content) {
             match block.str("type").as_deref() {
                 Some("tool_use") | Some("server_tool_use") => {
                     let name = block.str("name").unwrap_or_default();
@@ -146,10 +140,10 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     }
 
     let mut tools_offered = Vec::new();
-    for tool in top.array("tools") {
+    for (tool, _) in top.objects("tools") {
         push_unique(
             &mut tools_offered,
-            Obj::of(Some(tool)).str("name").unwrap_or_default(),
+            tool.str("name").unwrap_or_default(),
             MAX_TOOL_NAMES,
         );
     }

@@ -13,11 +13,10 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
-use super::raw::Obj;
+use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
 use crate::call::{ModelRequest, Support};
@@ -87,11 +86,13 @@ impl WireProtocol for Responses {
     }
 
     /// The `response` object's usage (`response.completed` carries the terminal one).
-    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e RawValue> {
-        Obj::of(Obj::parse(data)?.get("response")).get("usage")
+    fn event_usage<'e>(&self, data: &'e str) -> Option<&'e str> {
+        Obj::of(Obj::parse(data)?.get("response"))
+            .get("usage")
+            .map(Raw::get)
     }
 
-    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b RawValue> {
+    fn body_usage<'b>(&self, body: &'b [u8]) -> Option<&'b str> {
         usage::top_level(body)
     }
 

@@ -3,12 +3,10 @@
 //! `additional_tools`, …), `tools`, `prompt_cache_key`; and where a shim goes (a developer item
 //! just before the latest user item).
 
-use serde_json::value::RawValue;
-
 use crate::wire::chat::tool_name as chat_tool_name;
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, bounded, content_text, offset_in, push_unique, raw_array, raw_bool,
-    raw_str,
+    DECIDED_MEMBERS, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
+    raw_objects, raw_str,
 };
 use crate::wire::{
     Conversation, ConversationSource, Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS,
@@ -50,14 +48,13 @@ static WRAP_INPUT_STRING: Splice = Splice {
 
 // ---- reading ------------------------------------------------------------------------------
 
-fn text_of(content: Option<&RawValue>) -> Option<String> {
+fn text_of(content: Option<Raw<'_>>) -> Option<String> {
     content_text(content, &["input_text", "text", "output_text"])
 }
 
 /// A Responses tool's name: `name` (function and custom tools), else its `type` (`web_search`).
-fn tool_name(tool: &RawValue) -> String {
-    let tool = Obj::of(Some(tool));
-    chat_tool_name(&tool)
+fn tool_name(tool: &Obj<'_>) -> String {
+    chat_tool_name(tool)
         .or_else(|| tool.str("type"))
         .unwrap_or_default()
 }
@@ -65,8 +62,8 @@ fn tool_name(tool: &RawValue) -> String {
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let top: Obj<'_> = serde_json::from_str(body)?;
     let mut tools_offered = Vec::new();
-    for tool in top.array("tools") {
-        push_unique(&mut tools_offered, tool_name(tool), MAX_TOOL_NAMES);
+    for (tool, _) in top.objects("tools") {
+        push_unique(&mut tools_offered, tool_name(&tool), MAX_TOOL_NAMES);
     }
 
     let mut envelope = Envelope {
@@ -101,10 +98,9 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         envelope.conversation = first_message_conversation(Some(raw.get()));
         envelope.user_text = raw_str(Some(raw)).unwrap_or_default();
     } else {
-        let parsed: Vec<(String, String, Obj<'_>, &RawValue)> = raw_array(input)
+        let parsed: Vec<(String, String, Obj<'_>, Raw<'_>)> = raw_objects(input)
             .into_iter()
-            .map(|raw| {
-                let item = Obj::of(Some(raw));
+            .map(|(item, raw)| {
                 (
                     item.str("type").unwrap_or_else(|| "message".into()),
                     item.str("role").unwrap_or_default(),
@@ -167,8 +163,12 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
                     }
                 }
                 "additional_tools" => {
-                    for tool in item.array("tools") {
-                        push_unique(&mut envelope.tools_offered, tool_name(tool), MAX_TOOL_NAMES);
+                    for (tool, _) in item.objects("tools") {
+                        push_unique(
+                            &mut envelope.tools_offered,
+                            tool_name(&tool),
+                            MAX_TOOL_NAMES,
+                        );
                     }
                 }
                 _ => {}
