@@ -107,7 +107,11 @@ impl Reader {
             }
             None => (line, &b""[..]),
         };
-        let value = String::from_utf8_lossy(value);
+        // The common case, valid UTF-8, through the standard library's faster check.
+        let value = match std::str::from_utf8(value) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(value),
+        };
         match field {
             b"event" => self.current.event = Some(value.into_owned()),
             b"data" => {
@@ -161,6 +165,22 @@ mod tests {
         assert_eq!(whole[2].data, "[DONE]");
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(read_all(&bytes), whole);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn bytes_that_are_not_utf8_read_as_replacement_characters() {
+        let stream = b"event: na\xefve\ndata: caf\xc3\xa9 \xff\xfe end\ndata: \xe2\x82\n\n";
+        let events = read_all(&[stream]);
+        assert_eq!(
+            events,
+            [Event {
+                event: Some("na\u{FFFD}ve".into()),
+                data: "caf\u{e9} \u{FFFD}\u{FFFD} end\n\u{FFFD}".into()
+            }]
+        );
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(read_all(&bytes), events);
     }
 
     #[test]

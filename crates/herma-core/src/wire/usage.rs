@@ -91,7 +91,7 @@ impl UsageObserver {
                 if let Some(raw) = wire.event_usage(&event.data)
                     && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw)
                 {
-                    merge(usage, &found);
+                    merge(usage, found);
                 }
             });
         } else if !self.overflowed {
@@ -112,18 +112,18 @@ impl UsageObserver {
             && let Some(raw) = self.protocol.wire().body_usage(&self.json)
             && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw)
         {
-            merge(&mut self.usage, &found);
+            merge(&mut self.usage, found);
         }
 
         self.usage.map(Value::Object)
     }
 }
 
-fn merge(into: &mut Option<Map<String, Value>>, from: &Map<String, Value>) {
+fn merge(into: &mut Option<Map<String, Value>>, from: Map<String, Value>) {
     let target = into.get_or_insert_with(Map::new);
     for (key, value) in from {
         if !value.is_null() {
-            target.insert(key.clone(), value.clone());
+            target.insert(key, value);
         }
     }
 }
