@@ -308,3 +308,40 @@ async fn receipts_written_before_migration_10_survive_it() {
             .is_some()
     );
 }
+
+/// The WAL is copied back into the database file by the store's own task, about once a second
+/// (`CHECKPOINT_EVERY`), however little was written: before, a commit checkpointed only when the
+/// log passed 1,000 pages, so a lightly used database kept its rows in the log for hours.
+#[tokio::test]
+async fn a_write_reaches_the_database_file_without_the_log_filling_up() {
+    use herma_store::ReceiptStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoints.db");
+    let path = path.to_str().unwrap();
+    let store = herma_store_sqlite::open_migrated(path).await.unwrap();
+    let scope = herma_store::conformance::fresh_scope();
+    let receipt = sizable_receipt(&scope, 7);
+    store
+        .insert_receipts(std::slice::from_ref(&receipt))
+        .await
+        .unwrap();
+    let in_file = || {
+        let bytes = std::fs::read(path).unwrap();
+        bytes
+            .windows(receipt.id.len())
+            .any(|window| window == receipt.id.as_bytes())
+    };
+    // Thirty ticks' worth of patience on a busy machine; the checkpoint is due after one.
+    for _ in 0..300 {
+        if in_file() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(in_file(), "the receipt is still only in the log");
+    // And the store still reads it.
+    assert_eq!(
+        store.get_receipt(&scope, &receipt.id).await.unwrap(),
+        Some(receipt)
+    );
+}
