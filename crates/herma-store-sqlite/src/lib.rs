@@ -52,7 +52,7 @@ impl Drop for SqliteBackend {
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// Checkpoints `pool`'s WAL every [`CHECKPOINT_EVERY`] (`PASSIVE`: it copies what no reader
-/// still needs and never waits for a reader or the writer).
+/// still needs and never waits for a reader or the writer) until [`SqliteBackend`] is dropped.
 fn spawn_checkpoints(pool: SqlitePool) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(CHECKPOINT_EVERY);
@@ -60,9 +60,6 @@ fn spawn_checkpoints(pool: SqlitePool) -> tokio::task::AbortHandle {
         every.tick().await;
         loop {
             every.tick().await;
-            if pool.is_closed() {
-                return;
-            }
             // A failure (the disk full, the file gone) is left to the next write to report;
             // the next tick tries again.
             let _ = pool.execute("PRAGMA wal_checkpoint(PASSIVE)").await;

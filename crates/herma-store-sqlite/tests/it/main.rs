@@ -204,16 +204,27 @@ fn sizable_receipt(
     .seal(format!("rcpt_{n:032x}"))
 }
 
+/// A migrated store on a file of its own (the directory lives as long as the guard), its path
+/// and a fresh caller scope.
+async fn migrated_file() -> (
+    tempfile::TempDir,
+    String,
+    herma_store_sqlite::SqliteStore,
+    herma_core::CallerScope,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("herma.db").to_str().unwrap().to_owned();
+    let store = herma_store_sqlite::open_migrated(&path).await.unwrap();
+    (dir, path, store, herma_store::conformance::fresh_scope())
+}
+
 /// Receipts are kept by rowid (migration 10): a receipt of 1.3 KB sits in its table's pages
 /// instead of taking a 4 KB overflow page of its own, as it did clustered by its key.
 #[tokio::test]
 async fn a_receipt_does_not_take_a_page_of_its_own() {
     use herma_store::ReceiptStore;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("receipts.db");
-    let path = path.to_str().unwrap();
-    let store = herma_store_sqlite::open_migrated(path).await.unwrap();
-    let scope = herma_store::conformance::fresh_scope();
+    let (_dir, path, store, scope) = migrated_file().await;
+    let path = path.as_str();
     let receipts: Vec<_> = (0..400).map(|n| sizable_receipt(&scope, n)).collect();
     let json = serde_json::to_string(&receipts[0]).unwrap().len();
     assert!((1_200..2_000).contains(&json), "{json} bytes of JSON");
@@ -315,18 +326,14 @@ async fn receipts_written_before_migration_10_survive_it() {
 #[tokio::test]
 async fn a_write_reaches_the_database_file_without_the_log_filling_up() {
     use herma_store::ReceiptStore;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("checkpoints.db");
-    let path = path.to_str().unwrap();
-    let store = herma_store_sqlite::open_migrated(path).await.unwrap();
-    let scope = herma_store::conformance::fresh_scope();
+    let (_dir, path, store, scope) = migrated_file().await;
     let receipt = sizable_receipt(&scope, 7);
     store
         .insert_receipts(std::slice::from_ref(&receipt))
         .await
         .unwrap();
     let in_file = || {
-        let bytes = std::fs::read(path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
         bytes
             .windows(receipt.id.len())
             .any(|window| window == receipt.id.as_bytes())
