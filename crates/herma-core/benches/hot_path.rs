@@ -11,8 +11,8 @@ use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_ma
 use herma_core::CallerScope;
 use herma_core::Timestamp;
 use herma_core::model::{
-    Action, ContextEntry, ContextEntrySpec, ContextKind, Provision, ProvisionSpec, TriggerMode,
-    Triggers,
+    Action, ContextEntry, ContextEntrySpec, ContextKind, MatchedRule, Provision, ProvisionSpec,
+    ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier, Timings, TriggerMode, Triggers,
 };
 use herma_core::rules::RuleSet;
 use herma_core::shim::{ShimEntry, render};
@@ -302,11 +302,70 @@ fn bench_usage(c: &mut Criterion) {
     group.finish();
 }
 
+/// A forwarded request's receipt, one rule matched and one entry shimmed, as the proxy seals it
+/// when the answer ends (digest and JSON together).
+fn bench_seal(c: &mut Criterion) {
+    let body = ReceiptBody {
+        caller_scope: CallerScope::parse("key:3f9a1c0d5e7b2a64").expect("scope"),
+        protocol: "messages".into(),
+        conversation_id: "conv_0f1e2d3c4b5a6978".into(),
+        model: "claude-sonnet-4-5".into(),
+        action: ReceiptAction::Shimmed,
+        matched: vec![MatchedRule {
+            provision_id: "deploy-checklist".into(),
+            version: 3,
+            builtin: false,
+            tier: Tier::Keyword,
+            trigger: "keyword:deploy".into(),
+            applied: true,
+            score: None,
+            confidence: None,
+        }],
+        shimmed_context_refs: vec![ShimmedRef {
+            id: "deploy-steps".into(),
+            version: 2,
+            kind: ContextKind::Verb,
+            builtin: false,
+            chars: 412,
+            truncated: false,
+            record_uri: None,
+            record_version: None,
+            blob_digests: vec![],
+        }],
+        unresolved_context_refs: vec![],
+        upstream_status: Some(200),
+        usage: Some(serde_json::json!({
+            "input_tokens": 4211, "output_tokens": 57,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 3968
+        })),
+        timings: Timings {
+            decision_micros: 41,
+            upstream_headers_micros: Some(1830),
+            total_micros: Some(2411),
+        },
+        stream_end: Some(StreamEnd::Completed),
+        error: None,
+        created_at: Timestamp::from_millis(1_764_800_000_000),
+    };
+    let sealed = body
+        .clone()
+        .seal("rcpt_0f1e2d3c4b5a69788796a5b4c3d2e1f0".into());
+    assert!(sealed.verifies(), "the bench's receipt verifies");
+    c.bench_function("receipt seal", |b| {
+        b.iter(|| {
+            let receipt =
+                black_box(body.clone()).seal("rcpt_0f1e2d3c4b5a69788796a5b4c3d2e1f0".into());
+            black_box(receipt.to_json().len())
+        })
+    });
+}
+
 criterion_group!(
     benches,
     bench_rules,
     bench_envelopes,
     bench_shim,
-    bench_usage
+    bench_usage,
+    bench_seal
 );
 criterion_main!(benches);

@@ -400,7 +400,15 @@ impl Kind {
                 out
             }
             Kind::Chat => {
-                let chunk = |delta: Value, finish: Value| json!({"id": "chatcmpl-mock1", "object": "chat.completion.chunk", "created": 1_796_000_000, "model": model, "system_fingerprint": "fp_mock", "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+                // With `include_usage`, OpenAI puts `"usage": null` in every chunk before the
+                // last one, which carries the usage and no choices.
+                let chunk = |delta: Value, finish: Value| {
+                    let mut chunk = json!({"id": "chatcmpl-mock1", "object": "chat.completion.chunk", "created": 1_796_000_000, "model": model, "system_fingerprint": "fp_mock", "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+                    if include_usage {
+                        chunk["usage"] = Value::Null;
+                    }
+                    chunk
+                };
                 let mut out = vec![sse(
                     None,
                     &chunk(json!({"role": "assistant", "content": ""}), Value::Null),

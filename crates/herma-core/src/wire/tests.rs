@@ -369,9 +369,15 @@ fn direct_streams_follow_each_protocols_event_sequence() {
         chat[3].1["usage"]["total_tokens"], 0,
         "usage chunk when include_usage is set"
     );
-    assert_eq!(
-        events(&answer(Protocol::ChatCompletions, false).sse()).len(),
-        4
+    // As OpenAI sends it: every chunk before the usage chunk has `"usage": null`.
+    for (_, chunk) in &chat[..3] {
+        assert_eq!(chunk.get("usage"), Some(&Value::Null), "{chunk}");
+    }
+    let plain = events(&answer(Protocol::ChatCompletions, false).sse());
+    assert_eq!(plain.len(), 4);
+    assert!(
+        plain.iter().all(|(_, chunk)| chunk.get("usage").is_none()),
+        "no usage member without include_usage"
     );
 
     let resp = events(&answer(Protocol::Responses, false).sse());

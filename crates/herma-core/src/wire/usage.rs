@@ -85,7 +85,7 @@ impl UsageObserver {
                     *ended = true;
                 }
                 // Cheap filter first: most events carry no usage.
-                if !event.data.contains("usage") {
+                if !may_carry_usage(&event.data) {
                     return;
                 }
                 if let Some(raw) = wire.event_usage(&event.data)
@@ -110,7 +110,7 @@ impl UsageObserver {
             && !self.overflowed
             && self.json.trim_ascii_start().first() == Some(&b'{')
             && let Some(raw) = self.protocol.wire().body_usage(&self.json)
-            && let Ok(Value::Object(found)) = serde_json::from_str::<Value>(raw)
+            && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw)
         {
             merge(&mut self.usage, found);
         }
@@ -119,11 +119,30 @@ impl UsageObserver {
     }
 }
 
-fn merge(into: &mut Option<Map<String, Value>>, from: Map<String, Value>) {
-    let target = into.get_or_insert_with(Map::new);
-    for (key, value) in from {
-        if !value.is_null() {
-            target.insert(key, value);
+/// Whether an event's data may carry a usage object: it names `usage` other than as a
+/// `"usage":null` member. Chat Completions with `include_usage` puts that member in every
+/// chunk, and a null usage has nothing to merge. Inside a JSON string the quotes are escaped
+/// (`\"usage\":null`), so an unescaped `"usage":null` is always a member.
+fn may_carry_usage(data: &str) -> bool {
+    data.match_indices("usage").any(|(at, found)| {
+        !(data[..at].ends_with('"') && data[at + found.len()..].starts_with("\":null"))
+    })
+}
+
+/// Adds `from`'s non-null members to what was found before (the first usage found is taken
+/// as it is, less its nulls).
+fn merge(into: &mut Option<Map<String, Value>>, mut from: Map<String, Value>) {
+    match into {
+        None => {
+            from.retain(|_, value| !value.is_null());
+            *into = Some(from);
+        }
+        Some(target) => {
+            for (key, value) in from {
+                if !value.is_null() {
+                    target.insert(key, value);
+                }
+            }
         }
     }
 }
@@ -210,5 +229,43 @@ mod tests {
         let mut o = UsageObserver::new(Protocol::Messages, true);
         o.feed(b"data: {\"usage\":\n\ndata: {\"usage\":null}\n\ndata: {\"message\":{\"usage\":[1]}}\n\n");
         assert_eq!(o.finish(), None);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn null_members_are_left_out_of_the_first_usage_and_of_later_ones() {
+        let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":null,\"output_tokens\":1}}}\n\n\
+                      event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":null,\"output_tokens\":7}}\n\n";
+        let mut o = UsageObserver::new(Protocol::Messages, true);
+        o.feed(stream.as_bytes());
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}))
+        );
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, false);
+        o.feed(b"{\"usage\":{\"prompt_tokens\":4,\"completion_tokens_details\":null}}");
+        assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn only_events_naming_usage_other_than_as_null_are_read() {
+        for (data, may) in [
+            (r#"{"choices":[],"usage":null}"#, false),
+            (r#"{"choices":[]}"#, false),
+            (r#"{"a":{"usage":null},"usage":null}"#, false),
+            (r#"{"choices":[],"usage":{"total_tokens":3}}"#, true),
+            (r#"{"usage": null}"#, true),
+            (r#"{"text":"\"usage\":null","usage":null}"#, true),
+            (r#"{"my_usage":null}"#, true),
+            (r#"{"a":{"usage":null},"usage":{"total_tokens":3}}"#, true),
+        ] {
+            assert_eq!(may_carry_usage(data), may, "{data}");
+        }
+        // A chat stream whose every chunk carries a null usage reports the last chunk's.
+        let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
+        o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null\"}}],\"usage\":null}\n\n");
+        o.feed(b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n");
+        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
     }
 }

@@ -480,6 +480,38 @@ async fn a_receipt_is_readable_as_soon_as_its_response_has_ended() {
 }
 
 #[tokio::test]
+async fn a_forwarded_chat_stream_with_include_usage_keeps_its_usage_in_the_receipt() {
+    // OpenAI puts `"usage": null` in every chunk and the usage in the last one, which has no
+    // choices: the chunks are relayed untouched and the receipt keeps the last one's usage.
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let mock = MockUpstream::start().await;
+    let key = app.key("route", None).await;
+    let path = "/v1/chat/completions";
+    let mut sent = body(path, "m", "hi", true);
+    sent["stream_options"] = json!({"include_usage": true});
+    let response = send(&app, &mock, &key, path, sent, &[]).await;
+    let id = response.headers()["x-herma-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = sse_events(&response.text().await.unwrap());
+    let (done, chunks) = events.split_last().unwrap();
+    assert_eq!(done.1, "[DONE]");
+    let (last, before) = chunks.split_last().unwrap();
+    assert!(before.len() > 1);
+    for (_, data) in before {
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(chunk.get("usage"), Some(&Value::Null), "{data}");
+    }
+    let last: Value = serde_json::from_str(&last.1).unwrap();
+    assert_eq!(last["choices"], json!([]));
+    let r = receipt(&app, &key, &id).await;
+    assert_eq!(r["usage"], last["usage"]);
+    assert_eq!(r["usage"]["total_tokens"], 18);
+    assert_eq!(r["stream_end"], "completed");
+}
+
+#[tokio::test]
 async fn redirects_are_refused_and_never_followed() {
     let app = spawn_app(Backend::Memory, &[]).await;
     let mock = MockUpstream::start().await;

@@ -44,15 +44,21 @@ pub(super) fn sse(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
     write_event(out, None, "[DONE]");
 }
 
+/// One chunk. With `include_usage`, OpenAI puts `"usage": null` in every chunk before the last
+/// one (which carries the usage and no choices).
 fn chunk(answer: &DirectAnswer<'_>, delta: Value, finish: Value) -> Value {
-    json!({
+    let mut chunk = json!({
         "id": format!("chatcmpl-{}", answer.id_hex),
         "object": "chat.completion.chunk",
         "created": answer.seconds(),
         "model": answer.model,
         "system_fingerprint": null,
         "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
-    })
+    });
+    if answer.stream_usage {
+        chunk["usage"] = Value::Null;
+    }
+    chunk
 }
 
 fn usage() -> Value {
