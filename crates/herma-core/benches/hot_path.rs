@@ -219,7 +219,8 @@ fn streamed_answer(protocol: Protocol) -> String {
             ));
         }
         Protocol::ChatCompletions => {
-            // With `include_usage` every chunk carries `"usage":null`, so every one is read.
+            // With `include_usage` every chunk carries `"usage":null`, which the observer must
+            // see past (only the last chunk's usage is parsed).
             let chunk = |delta: &str, finish: &str| {
                 format!(
                     r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}],"usage":null}}"#
