@@ -1,6 +1,8 @@
 //! [`SqlStore`] and its keys, receipts, entities, outcomes, claims and vectors (documents are
 //! in `documents`, the governed ports in `governed`).
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
 use async_trait::async_trait;
 use herma_core::key::KeyId;
 use herma_core::memory::RuleStats;
@@ -72,9 +74,14 @@ impl<B: Backend> SqlStore<B> {
     }
 
     /// Appends one turn's statements to `queries`: its observations counted (multi-row upserts
-    /// of distinct entities), then the scope's excess over `max_per_scope` counted and evicted,
-    /// least seen first, both from the count after the upserts. Returns the index of the
-    /// statement whose rows are the evicted entities.
+    /// of distinct entities), then, when `evict`, the scope's excess over `max_per_scope`
+    /// counted and evicted, least seen first, both from the count after the upserts. Returns
+    /// the index of the statement whose rows are the evicted entities, if it was appended.
+    ///
+    /// The eviction statements count the scope's entities, which costs a pass over all of them
+    /// (thousands for a long-used key); `evict` is false only where [`EvictionPlan`] has shown
+    /// they would find nothing over the cap.
+    #[allow(clippy::too_many_arguments)]
     fn entity_turn<'q>(
         &'q self,
         queries: &mut Vec<Query<'q>>,
@@ -83,13 +90,14 @@ impl<B: Backend> SqlStore<B> {
         observations: &'q [EntityObservation],
         now: Timestamp,
         max_per_scope: u64,
-    ) -> StoreResult<usize> {
+        evict: bool,
+    ) -> StoreResult<Option<usize>> {
         let at = now.as_millis();
         let mut rest = observations;
         while !rest.is_empty() {
             // An upsert may not meet one entity twice (PostgreSQL refuses to update a row a
             // second time in one statement): a repeated observation starts the next statement.
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = HashSet::new();
             let rows = rest
                 .iter()
                 .take(self.entities_upsert.max_rows())
@@ -108,6 +116,9 @@ impl<B: Backend> SqlStore<B> {
             }
             queries.push(query);
             rest = tail;
+        }
+        if !evict {
+            return Ok(None);
         }
         let max = to_i64(max_per_scope)?;
         queries.push(
@@ -140,7 +151,151 @@ impl<B: Backend> SqlStore<B> {
             .bind(max)
             .bind(scope.as_str()),
         );
-        Ok(queries.len() - 1)
+        Ok(Some(queries.len() - 1))
+    }
+
+    /// Which turns of `turns` may take their scope over `max_per_scope`, from what the store
+    /// holds before they are written: per scope, one count, and — only when the count plus
+    /// every observation of the batch could pass the cap — which of the batch's entities it
+    /// already has.
+    async fn eviction_plan(
+        &self,
+        turns: &[EntityTurn],
+        max_per_scope: u64,
+    ) -> StoreResult<Vec<bool>> {
+        let mut plan = EvictionPlan::default();
+        for scope in distinct(turns.iter().map(|t| &t.scope)) {
+            let query =
+                B::query("SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?")
+                    .bind(scope.as_str());
+            let held = match self.db.fetch_optional(query).await? {
+                Some(row) => to_u64(row.int("total")?.max(0))?,
+                None => 0,
+            };
+            let mine = || turns.iter().filter(|t| &t.scope == scope);
+            let at_most = held
+                + mine()
+                    .map(|t| distinct_entities(t).len() as u64)
+                    .sum::<u64>();
+            if at_most <= max_per_scope {
+                plan.below_cap(scope);
+                continue;
+            }
+            // Which of the batch's entities the scope has: one read per project and kind, so
+            // that each value is found through the key rather than by a pass over the scope.
+            let mut wanted: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+            for (project, kind, value) in
+                distinct(mine().flat_map(|t| distinct_entities(t).into_iter()))
+            {
+                wanted.entry((project, kind)).or_default().push(value);
+            }
+            let sql = format!(
+                "SELECT value FROM working_entities
+                 WHERE caller_scope = ? AND project_tag = ? AND kind = ? AND value {}",
+                B::TEXT_IN
+            );
+            let mut known = HashSet::new();
+            for ((project, kind), values) in wanted {
+                let query = B::query(&sql)
+                    .bind(scope.as_str())
+                    .bind(project)
+                    .bind(kind)
+                    .bind(values);
+                for row in &self.db.fetch(query).await? {
+                    known.insert((project.to_owned(), kind.to_owned(), row.text("value")?));
+                }
+            }
+            plan.near_cap(scope, held, known);
+        }
+        Ok(turns
+            .iter()
+            .map(|turn| plan.turn_may_evict(turn, max_per_scope))
+            .collect())
+    }
+}
+
+/// The distinct items of `items`, in their first order.
+fn distinct<T: Eq + std::hash::Hash + Copy>(
+    items: impl Iterator<Item = T>,
+) -> impl Iterator<Item = T> {
+    let mut seen = HashSet::new();
+    items.filter(move |item| seen.insert(*item))
+}
+
+/// A turn's entities, each once: `(project_tag, kind, value)`.
+fn distinct_entities(turn: &EntityTurn) -> HashSet<(&str, &str, &str)> {
+    turn.observations
+        .iter()
+        .map(|o| (turn.project_tag.as_str(), o.kind.as_str(), o.value.as_str()))
+        .collect()
+}
+
+/// Replays a batch of turns against what each scope held before it, to tell which turns can
+/// find their scope over the cap (and so need the eviction statements, which count the whole
+/// scope) and which cannot. Until a scope's first eviction the replay knows its exact count: it
+/// started from the stored count, and an upsert adds exactly the entities it did not have. From
+/// that turn on it cannot know which entities went, so every later turn of the scope evicts as
+/// before. A scope another writer fills meanwhile (another instance, on PostgreSQL) may pass
+/// the cap by that writer's entities until its next batch here, whose count sees them.
+#[derive(Default)]
+struct EvictionPlan<'a> {
+    scopes: HashMap<&'a CallerScope, Tally>,
+}
+
+/// One scope's replay.
+enum Tally {
+    /// Even if every observation of the batch were new, the scope stays within the cap.
+    BelowCap,
+    /// The scope holds `held` entities, `known` among them; `evicting` once it passed the cap.
+    NearCap {
+        held: u64,
+        known: HashSet<(String, String, String)>,
+        evicting: bool,
+    },
+}
+
+impl<'a> EvictionPlan<'a> {
+    fn below_cap(&mut self, scope: &'a CallerScope) {
+        self.scopes.insert(scope, Tally::BelowCap);
+    }
+
+    fn near_cap(
+        &mut self,
+        scope: &'a CallerScope,
+        held: u64,
+        known: HashSet<(String, String, String)>,
+    ) {
+        let tally = Tally::NearCap {
+            held,
+            known,
+            evicting: false,
+        };
+        self.scopes.insert(scope, tally);
+    }
+
+    /// Whether `turn`, the next of its scope, may leave the scope over `max_per_scope`.
+    fn turn_may_evict(&mut self, turn: &EntityTurn, max_per_scope: u64) -> bool {
+        match self.scopes.get_mut(&turn.scope) {
+            Some(Tally::BelowCap) => false,
+            Some(Tally::NearCap {
+                held,
+                known,
+                evicting,
+            }) => {
+                if !*evicting {
+                    for (project, kind, value) in distinct_entities(turn) {
+                        let key = (project.to_owned(), kind.to_owned(), value.to_owned());
+                        if known.insert(key) {
+                            *held += 1;
+                        }
+                    }
+                    *evicting = *held > max_per_scope;
+                }
+                *evicting
+            }
+            // Every scope of the batch is planned; were one not, evicting is always right.
+            None => true,
+        }
     }
 }
 
@@ -314,9 +469,10 @@ impl<B: Backend> EntityStore for SqlStore<B> {
             observations,
             now,
             max_per_scope,
+            true,
         )?;
         let results = self.db.batch(queries).await?;
-        Ok(results.get(eviction).map_or(0, Vec::len) as u64)
+        Ok(eviction.and_then(|i| results.get(i)).map_or(0, Vec::len) as u64)
     }
 
     async fn record_entity_turns(
@@ -324,17 +480,22 @@ impl<B: Backend> EntityStore for SqlStore<B> {
         turns: &[EntityTurn],
         max_per_scope: u64,
     ) -> StoreResult<u64> {
+        if turns.is_empty() {
+            return Ok(0);
+        }
+        let may_evict = self.eviction_plan(turns, max_per_scope).await?;
         // Every turn's statements in one batch: one transaction (one commit) for all of them.
         let mut queries = Vec::with_capacity(turns.len() * 3);
         let mut evictions = Vec::with_capacity(turns.len());
-        for turn in turns {
-            evictions.push(self.entity_turn(
+        for (turn, evict) in turns.iter().zip(may_evict) {
+            evictions.extend(self.entity_turn(
                 &mut queries,
                 &turn.scope,
                 &turn.project_tag,
                 &turn.observations,
                 turn.at,
                 max_per_scope,
+                evict,
             )?);
         }
         if queries.is_empty() {

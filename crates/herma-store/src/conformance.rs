@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
             entity_turns_in_one_write_count_and_evict_as_one_by_one,
+            entity_turns_at_the_cap_evict_as_one_by_one,
             outcomes_are_listed_newest_first_per_scope,
             old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept,
             a_large_batch_of_outcomes_keeps_its_order,
@@ -761,7 +762,6 @@ pub async fn entity_turns_in_one_write_count_and_evict_as_one_by_one(store: Arc<
         obs(EntityKind::CodeSymbol, "sym69".into()),
     ];
     let other = vec![obs(EntityKind::FilePath, "x".into())];
-    // (which scope, project, observations, time)
     let plan = [
         (0, "p", many.clone(), 1),
         (1, "p", other.clone(), 2),
@@ -770,15 +770,85 @@ pub async fn entity_turns_in_one_write_count_and_evict_as_one_by_one(store: Arc<
         (0, "p", Vec::new(), 5),
         (0, "p", again.clone(), 6),
     ];
-    const MAX: u64 = 50;
-    let (one, batch) = (
-        [fresh_scope(), fresh_scope()],
-        [fresh_scope(), fresh_scope()],
-    );
+    let evicted = batch_leaves_what_one_by_one_leaves(&store, 2, &[], &plan, 50).await;
+    assert!(evicted >= 20, "the plan evicts: {evicted}");
+    assert_eq!(store.record_entity_turns(&[], 50).await.unwrap(), 0);
+}
+
+/// Scopes at the cap, over it (the cap was lowered) and below it: a batch whose turns bring
+/// known entities, new ones, an entity evicted earlier in the same batch and a known value
+/// under another project leaves exactly what recording the turns one by one leaves.
+pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) {
+    let symbols = |prefix: &str, n: usize| -> Vec<EntityObservation> {
+        (0..n)
+            .map(|i| EntityObservation {
+                kind: EntityKind::CodeSymbol,
+                value: format!("{prefix}{i:02}"),
+            })
+            .collect()
+    };
+    let pick = |values: &[&str]| -> Vec<EntityObservation> {
+        values
+            .iter()
+            .map(|v| EntityObservation {
+                kind: EntityKind::CodeSymbol,
+                value: (*v).to_owned(),
+            })
+            .collect()
+    };
+    const MAX: u64 = 20;
+    // (which scope, project, observations, time, cap) written before the batch.
+    let before = [
+        (0, "p", symbols("s", 20), 1, MAX),
+        (1, "p", symbols("s", 30), 1, 40),
+        (2, "p", symbols("s", 5), 1, MAX),
+        (3, "p", symbols("s", 20), 1, MAX),
+    ];
+    let plan = [
+        // At the cap, known entities only: nothing to evict.
+        (0, "p", pick(&["s03", "s07"]), 2),
+        (3, "p", pick(&["s01", "s02", "s01"]), 2),
+        (2, "p", pick(&["x1", "x2"]), 2),
+        // A new entity: one over the cap; `s00` (seen once, earliest) goes.
+        (0, "p", pick(&["s03", "n1"]), 3),
+        // `s00` again: new once more.
+        (0, "p", pick(&["s00", "s03"]), 4),
+        // Over the cap from before: ten go.
+        (1, "p", pick(&["s01"]), 5),
+        // A known value under another project is another entity.
+        (0, "q", pick(&["s03"]), 6),
+        (2, "p", pick(&["x1"]), 7),
+        (3, "p", pick(&["s19"]), 8),
+    ];
+    let evicted = batch_leaves_what_one_by_one_leaves(&store, 4, &before, &plan, MAX).await;
+    assert!(evicted >= 13, "the plan evicts: {evicted}");
+}
+
+/// Writes `before` (each with its own cap) to two fresh sets of `scopes` scopes alike, then
+/// `plan` to one set turn by turn and to the other as one batch, both with cap `max`, and
+/// asserts both sets hold the same entities, counts, times and eviction counters. Returns how
+/// many the plan evicted.
+async fn batch_leaves_what_one_by_one_leaves(
+    store: &Arc<dyn Store>,
+    scopes: usize,
+    before: &[(usize, &str, Vec<EntityObservation>, i64, u64)],
+    plan: &[(usize, &str, Vec<EntityObservation>, i64)],
+    max: u64,
+) -> u64 {
+    let one: Vec<CallerScope> = (0..scopes).map(|_| fresh_scope()).collect();
+    let batch: Vec<CallerScope> = (0..scopes).map(|_| fresh_scope()).collect();
+    for set in [&one, &batch] {
+        for (who, project, observations, time, cap) in before {
+            store
+                .record_entities(&set[*who], project, observations, at(*time), *cap)
+                .await
+                .unwrap();
+        }
+    }
     let mut evicted_one = 0;
-    for (who, project, observations, time) in &plan {
+    for (who, project, observations, time) in plan {
         evicted_one += store
-            .record_entities(&one[*who], project, observations, at(*time), MAX)
+            .record_entities(&one[*who], project, observations, at(*time), max)
             .await
             .unwrap();
     }
@@ -791,38 +861,38 @@ pub async fn entity_turns_in_one_write_count_and_evict_as_one_by_one(store: Arc<
             at: at(*time),
         })
         .collect();
-    let evicted_batch = store.record_entity_turns(&turns, MAX).await.unwrap();
+    let evicted_batch = store.record_entity_turns(&turns, max).await.unwrap();
     assert_eq!(evicted_batch, evicted_one);
-    assert!(evicted_one >= 20, "the plan evicts: {evicted_one}");
-    assert_eq!(store.record_entity_turns(&[], MAX).await.unwrap(), 0);
-    for who in 0..2 {
-        let listed = |scope: CallerScope| {
-            let store = store.clone();
-            async move {
-                let entities = store.list_entities(&scope, None, 1000).await.unwrap();
-                let rows: Vec<_> = entities
-                    .into_iter()
-                    .map(|e| {
-                        (
-                            e.project_tag,
-                            e.kind,
-                            e.value,
-                            e.count,
-                            e.first_seen,
-                            e.last_seen,
-                        )
-                    })
-                    .collect();
-                (rows, store.entity_evictions(&scope).await.unwrap())
-            }
-        };
+    let listed = |scope: CallerScope| {
+        let store = store.clone();
+        async move {
+            let entities = store.list_entities(&scope, None, 1000).await.unwrap();
+            let rows: Vec<_> = entities
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.project_tag,
+                        e.kind,
+                        e.value,
+                        e.count,
+                        e.first_seen,
+                        e.last_seen,
+                    )
+                })
+                .collect();
+            (rows, store.entity_evictions(&scope).await.unwrap())
+        }
+    };
+    for who in 0..scopes {
         let (want, got) = (
             listed(one[who].clone()).await,
             listed(batch[who].clone()).await,
         );
         assert!(!want.0.is_empty());
+        assert!(want.0.len() as u64 <= max, "scope {who} within the cap");
         assert_eq!(got, want, "scope {who}");
     }
+    evicted_one
 }
 
 pub async fn old_receipts_and_outcomes_are_pruned_in_batches_and_new_ones_kept(

@@ -108,7 +108,9 @@ pub trait EntityStore: Send + Sync {
     /// Records several turns in order, each exactly as [`EntityStore::record_entities`] would
     /// (its observations counted, then its scope's excess evicted), in one write where the
     /// engine can: the memory worker hands over whole batches. Returns how many were evicted
-    /// in all.
+    /// in all. A store may read what the scopes hold first, to leave out evictions that cannot
+    /// happen; a scope another writer fills between that read and the write can then stay
+    /// over `max_per_scope` by that writer's entities until its next turn here.
     async fn record_entity_turns(
         &self,
         turns: &[EntityTurn],
