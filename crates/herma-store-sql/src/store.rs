@@ -163,6 +163,8 @@ impl<B: Backend> SqlStore<B> {
         turns: &[EntityTurn],
         max_per_scope: u64,
     ) -> StoreResult<Vec<bool>> {
+        // A cap the engine cannot bind is refused whether or not a turn evicts, as one by one.
+        to_i64(max_per_scope)?;
         let mut plan = EvictionPlan::default();
         for scope in distinct(turns.iter().map(|t| &t.scope)) {
             let query =
@@ -235,8 +237,9 @@ fn distinct_entities(turn: &EntityTurn) -> HashSet<(&str, &str, &str)> {
 /// scope) and which cannot. Until a scope's first eviction the replay knows its exact count: it
 /// started from the stored count, and an upsert adds exactly the entities it did not have. From
 /// that turn on it cannot know which entities went, so every later turn of the scope evicts as
-/// before. A scope another writer fills meanwhile (another instance, on PostgreSQL) may pass
-/// the cap by that writer's entities until its next batch here, whose count sees them.
+/// before. A scope other writers fill meanwhile (another instance on PostgreSQL; on a Worker,
+/// each turn's own task) may pass the cap by all their new entities until its next batch here,
+/// whose count sees them.
 #[derive(Default)]
 struct EvictionPlan<'a> {
     scopes: HashMap<&'a CallerScope, Tally>,

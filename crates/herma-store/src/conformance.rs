@@ -777,7 +777,8 @@ pub async fn entity_turns_in_one_write_count_and_evict_as_one_by_one(store: Arc<
 
 /// Scopes at the cap, over it (the cap was lowered) and below it: a batch whose turns bring
 /// known entities, new ones, an entity evicted earlier in the same batch and a known value
-/// under another project leaves exactly what recording the turns one by one leaves.
+/// under another project or as another kind leaves exactly what recording the turns one by one
+/// leaves.
 pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) {
     let symbols = |prefix: &str, n: usize| -> Vec<EntityObservation> {
         (0..n)
@@ -803,7 +804,15 @@ pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) 
         (1, "p", symbols("s", 30), 1, 40),
         (2, "p", symbols("s", 5), 1, MAX),
         (3, "p", symbols("s", 20), 1, MAX),
+        (4, "p", symbols("s", 20), 1, MAX),
+        (5, "p", symbols("s", 20), 1, MAX),
     ];
+    let file = |value: &str| {
+        vec![EntityObservation {
+            kind: EntityKind::FilePath,
+            value: value.to_owned(),
+        }]
+    };
     let plan = [
         // At the cap, known entities only: nothing to evict.
         (0, "p", pick(&["s03", "s07"]), 2),
@@ -819,9 +828,13 @@ pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) 
         (0, "q", pick(&["s03"]), 6),
         (2, "p", pick(&["x1"]), 7),
         (3, "p", pick(&["s19"]), 8),
+        // At the cap, a known value first seen under another project, or as another kind, is
+        // a new entity: one goes.
+        (4, "q", pick(&["s05"]), 9),
+        (5, "p", file("s05"), 9),
     ];
-    let evicted = batch_leaves_what_one_by_one_leaves(&store, 4, &before, &plan, MAX).await;
-    assert!(evicted >= 13, "the plan evicts: {evicted}");
+    let evicted = batch_leaves_what_one_by_one_leaves(&store, 6, &before, &plan, MAX).await;
+    assert!(evicted >= 15, "the plan evicts: {evicted}");
 }
 
 /// Writes `before` (each with its own cap) to two fresh sets of `scopes` scopes alike, then
