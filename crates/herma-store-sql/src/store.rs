@@ -79,7 +79,7 @@ impl<B: Backend> SqlStore<B> {
     /// the index of the statement whose rows are the evicted entities, if it was appended.
     ///
     /// The eviction statements count the scope's entities, which costs a pass over all of them
-    /// (thousands for a long-used key); `evict` is false only where [`EvictionPlan`] has shown
+    /// (thousands for a long-used key); `evict` is false only where [`Tally`] has shown
     /// they would find nothing over the cap.
     #[allow(clippy::too_many_arguments)]
     fn entity_turn<'q>(
@@ -165,7 +165,8 @@ impl<B: Backend> SqlStore<B> {
     ) -> StoreResult<Vec<bool>> {
         // A cap the engine cannot bind is refused whether or not a turn evicts, as one by one.
         to_i64(max_per_scope)?;
-        let mut plan = EvictionPlan::default();
+        let entities: Vec<_> = turns.iter().map(distinct_entities).collect();
+        let mut plan: HashMap<&CallerScope, Tally> = HashMap::new();
         for scope in distinct(turns.iter().map(|t| &t.scope)) {
             let query =
                 B::query("SELECT count(*) AS total FROM working_entities WHERE caller_scope = ?")
@@ -174,21 +175,22 @@ impl<B: Backend> SqlStore<B> {
                 Some(row) => to_u64(row.int("total")?.max(0))?,
                 None => 0,
             };
-            let mine = || turns.iter().filter(|t| &t.scope == scope);
-            let at_most = held
-                + mine()
-                    .map(|t| distinct_entities(t).len() as u64)
-                    .sum::<u64>();
+            let mine = || {
+                turns
+                    .iter()
+                    .zip(&entities)
+                    .filter(|(t, _)| &t.scope == scope)
+                    .map(|(_, e)| e)
+            };
+            let at_most = held + mine().map(|e| e.len() as u64).sum::<u64>();
             if at_most <= max_per_scope {
-                plan.below_cap(scope);
+                plan.insert(scope, Tally::BelowCap);
                 continue;
             }
             // Which of the batch's entities the scope has: one read per project and kind, so
             // that each value is found through the key rather than by a pass over the scope.
             let mut wanted: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
-            for (project, kind, value) in
-                distinct(mine().flat_map(|t| distinct_entities(t).into_iter()))
-            {
+            for &(project, kind, value) in distinct(mine().flatten()) {
                 wanted.entry((project, kind)).or_default().push(value);
             }
             let sql = format!(
@@ -207,11 +209,21 @@ impl<B: Backend> SqlStore<B> {
                     known.insert((project.to_owned(), kind.to_owned(), row.text("value")?));
                 }
             }
-            plan.near_cap(scope, held, known);
+            let tally = Tally::NearCap {
+                held,
+                known,
+                evicting: false,
+            };
+            plan.insert(scope, tally);
         }
         Ok(turns
             .iter()
-            .map(|turn| plan.turn_may_evict(turn, max_per_scope))
+            .zip(&entities)
+            .map(|(turn, entities)| match plan.get_mut(&turn.scope) {
+                Some(tally) => tally.may_evict(entities, max_per_scope),
+                // Every scope of the batch is planned; were one not, evicting is always right.
+                None => true,
+            })
             .collect())
     }
 }
@@ -232,20 +244,14 @@ fn distinct_entities(turn: &EntityTurn) -> HashSet<(&str, &str, &str)> {
         .collect()
 }
 
-/// Replays a batch of turns against what each scope held before it, to tell which turns can
-/// find their scope over the cap (and so need the eviction statements, which count the whole
-/// scope) and which cannot. Until a scope's first eviction the replay knows its exact count: it
-/// started from the stored count, and an upsert adds exactly the entities it did not have. From
-/// that turn on it cannot know which entities went, so every later turn of the scope evicts as
-/// before. A scope other writers fill meanwhile (another instance on PostgreSQL; on a Worker,
-/// each turn's own task) may pass the cap by all their new entities until its next batch here,
-/// whose count sees them.
-#[derive(Default)]
-struct EvictionPlan<'a> {
-    scopes: HashMap<&'a CallerScope, Tally>,
-}
-
-/// One scope's replay.
+/// One scope's replay of a batch against what it held before, telling which turns can take it
+/// over the cap (and so need the eviction statements, which count the whole scope) and which
+/// cannot. Until the scope's first eviction the replay knows its exact count: it starts from the
+/// stored count, and an upsert adds exactly the entities the scope did not have. From that turn
+/// on it cannot know which entities went, so every later turn of the scope evicts as before. A
+/// scope other writers fill meanwhile (another instance on PostgreSQL; on a Worker, each turn's
+/// own task) may pass the cap by all their new entities until its next batch here, whose count
+/// sees them.
 enum Tally {
     /// Even if every observation of the batch were new, the scope stays within the cap.
     BelowCap,
@@ -257,36 +263,18 @@ enum Tally {
     },
 }
 
-impl<'a> EvictionPlan<'a> {
-    fn below_cap(&mut self, scope: &'a CallerScope) {
-        self.scopes.insert(scope, Tally::BelowCap);
-    }
-
-    fn near_cap(
-        &mut self,
-        scope: &'a CallerScope,
-        held: u64,
-        known: HashSet<(String, String, String)>,
-    ) {
-        let tally = Tally::NearCap {
-            held,
-            known,
-            evicting: false,
-        };
-        self.scopes.insert(scope, tally);
-    }
-
-    /// Whether `turn`, the next of its scope, may leave the scope over `max_per_scope`.
-    fn turn_may_evict(&mut self, turn: &EntityTurn, max_per_scope: u64) -> bool {
-        match self.scopes.get_mut(&turn.scope) {
-            Some(Tally::BelowCap) => false,
-            Some(Tally::NearCap {
+impl Tally {
+    /// Whether the scope's next turn, with `entities`, may leave it over `max_per_scope`.
+    fn may_evict(&mut self, entities: &HashSet<(&str, &str, &str)>, max_per_scope: u64) -> bool {
+        match self {
+            Tally::BelowCap => false,
+            Tally::NearCap {
                 held,
                 known,
                 evicting,
-            }) => {
+            } => {
                 if !*evicting {
-                    for (project, kind, value) in distinct_entities(turn) {
+                    for &(project, kind, value) in entities {
                         let key = (project.to_owned(), kind.to_owned(), value.to_owned());
                         if known.insert(key) {
                             *held += 1;
@@ -296,8 +284,6 @@ impl<'a> EvictionPlan<'a> {
                 }
                 *evicting
             }
-            // Every scope of the batch is planned; were one not, evicting is always right.
-            None => true,
         }
     }
 }

@@ -798,7 +798,7 @@ pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) 
             .collect()
     };
     const MAX: u64 = 20;
-    // (which scope, project, observations, time, cap) written before the batch.
+    // Written before the batch, each with its own cap.
     let before = [
         (0, "p", symbols("s", 20), 1, MAX),
         (1, "p", symbols("s", 30), 1, 40),
@@ -837,10 +837,10 @@ pub async fn entity_turns_at_the_cap_evict_as_one_by_one(store: Arc<dyn Store>) 
     assert!(evicted >= 15, "the plan evicts: {evicted}");
 }
 
-/// Writes `before` (each with its own cap) to two fresh sets of `scopes` scopes alike, then
-/// `plan` to one set turn by turn and to the other as one batch, both with cap `max`, and
-/// asserts both sets hold the same entities, counts, times and eviction counters. Returns how
-/// many the plan evicted.
+/// Writes `before` (which scope, project, observations, time, cap) to two fresh sets of
+/// `scopes` scopes alike, then `plan` (which scope, project, observations, time) to one set turn
+/// by turn and to the other as one batch, both with cap `max`, and asserts both sets hold the
+/// same entities, counts, times and eviction counters. Returns how many the plan evicted.
 async fn batch_leaves_what_one_by_one_leaves(
     store: &Arc<dyn Store>,
     scopes: usize,
