@@ -13,7 +13,8 @@
 //!
 //! `HERMA_LOAD_HERMA=PATH` runs another `herma` binary under this harness (to compare two
 //! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32
-//! phase into `DIR/passthrough.data` and `DIR/herma.data`, and its 200-chunk streams into
+//! phase into `DIR/passthrough.data` and `DIR/herma.data` (and Herma's with entity memory off
+//! into `DIR/herma-memory-off.data`), and its 200-chunk streams into
 //! `DIR/passthrough-streams.data` and `DIR/herma-streams.data` (`scripts/perf-breakdown`
 //! reads them).
 
@@ -494,6 +495,7 @@ async fn main() -> Result<()> {
     )
     .await?;
     profiler.stop()?;
+    let profiler = Profiler::start(&via_herma_no_memory, "herma-memory-off.data").await?;
     let (t_no_memory, c_no_memory) = throughput(
         &client,
         &via_herma_no_memory,
@@ -502,6 +504,7 @@ async fn main() -> Result<()> {
         plan.throughput_seconds,
     )
     .await?;
+    profiler.stop()?;
     let (t_answer, c_answer) = throughput(
         &client,
         &via_herma,

@@ -68,6 +68,12 @@ pub(super) fn read<'d, T: Deserialize<'d>>(data: &'d [u8]) -> Option<T> {
     serde_json::from_slice(data).ok()
 }
 
+/// [`read`] for text already known to be UTF-8 (an SSE event's data): its strings are not
+/// checked again.
+pub(super) fn read_str<'d, T: Deserialize<'d>>(data: &'d str) -> Option<T> {
+    serde_json::from_str(data).ok()
+}
+
 /// The assistant text of a response body, up to `max` characters.
 pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
     let mut out = String::new();
@@ -75,6 +81,13 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
     let mut chars = 0usize;
     let mut push = |text: &str| {
         let room = max.saturating_sub(chars);
+        // A text of no more bytes than there is room for characters fits whole (a character
+        // is at least a byte): copied at once, its characters counted without being pushed.
+        if text.len() <= room {
+            out.push_str(text);
+            chars += text.chars().count();
+            return;
+        }
         let before = out.len();
         out.extend(text.chars().take(room));
         chars += out[before..].chars().count();

@@ -35,6 +35,8 @@ pub struct Reader {
     /// The current event grew past `max_line`: it is dropped at its end.
     oversized: bool,
     max_line: usize,
+    /// The last event name's buffer, kept for the next: most events of a stream are named.
+    spare_name: String,
 }
 
 impl Default for Reader {
@@ -52,6 +54,7 @@ impl Reader {
             oversized: false,
             skipping: false,
             max_line,
+            spare_name: String::new(),
         }
     }
 
@@ -60,6 +63,19 @@ impl Reader {
     pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {
         loop {
             let end = memchr::memchr(b'\n', chunk);
+            if let Some(at) = end
+                && self.line.is_empty()
+                && !self.skipping
+            {
+                // The whole line is in this chunk (the common case): read where it lies.
+                let line = &chunk[..at];
+                // A line longer than `max_line` is dropped whole, as below.
+                if line.len() <= self.max_line {
+                    self.line_done(line.strip_suffix(b"\r").unwrap_or(line), on_event);
+                }
+                chunk = &chunk[at + 1..];
+                continue;
+            }
             let segment = end.map_or(chunk, |at| &chunk[..at]);
             if !self.skipping {
                 // A line longer than `max_line` is dropped whole.
@@ -90,8 +106,10 @@ impl Reader {
             if !self.oversized && (self.has_data || self.current.event.is_some()) {
                 on_event(&self.current);
             }
-            // The data's buffer is kept for the next event.
-            self.current.event = None;
+            // The name's and the data's buffers are kept for the next event.
+            if let Some(name) = self.current.event.take() {
+                self.spare_name = name;
+            }
             self.current.data.clear();
             self.has_data = false;
             self.oversized = false;
@@ -100,7 +118,7 @@ impl Reader {
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match line.iter().position(|b| *b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let value = &line[i + 1..];
                 (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
@@ -113,7 +131,16 @@ impl Reader {
             Err(_) => String::from_utf8_lossy(value),
         };
         match field {
-            b"event" => self.current.event = Some(value.into_owned()),
+            b"event" => {
+                let mut name = self
+                    .current
+                    .event
+                    .take()
+                    .unwrap_or_else(|| std::mem::take(&mut self.spare_name));
+                name.clear();
+                name.push_str(&value);
+                self.current.event = Some(name);
+            }
             b"data" => {
                 if self.oversized || self.current.data.len() + value.len() > self.max_line {
                     // An event is bounded like a line: many data lines cannot grow it forever.
@@ -165,6 +192,28 @@ mod tests {
         assert_eq!(whole[2].data, "[DONE]");
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(read_all(&bytes), whole);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn each_event_has_its_own_name_or_none() {
+        // The name's buffer is reused: a shorter name after a longer one, an unnamed event
+        // after a named one, and an event named twice (the last line wins) each read alone.
+        let stream = b"event: content_block_delta\ndata: 1\n\nevent: ping\ndata: 2\n\n\
+            data: 3\n\nevent: first\nevent: second\ndata: 4\n\nevent: end\n\n";
+        let names: Vec<_> = read_all(&[stream])
+            .into_iter()
+            .map(|e| (e.event, e.data))
+            .collect();
+        let expected = [
+            (Some("content_block_delta"), "1"),
+            (Some("ping"), "2"),
+            (None, "3"),
+            (Some("second"), "4"),
+            (Some("end"), ""),
+        ]
+        .map(|(name, data)| (name.map(String::from), data.to_owned()));
+        assert_eq!(names, expected);
     }
 
     #[test]

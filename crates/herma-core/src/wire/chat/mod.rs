@@ -109,7 +109,7 @@ impl WireProtocol for ChatCompletions {
 
     /// The first choice's `delta.content`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        let chunk: AnswerChoices<'_> = answer::read(data.as_bytes())?;
+        let chunk: AnswerChoices<'_> = answer::read_str(data)?;
         chunk.choices.into_iter().next()?.delta?.content.0
     }
 

@@ -99,10 +99,7 @@ impl WireProtocol for Messages {
 
     /// A `content_block_delta`'s `delta.text`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        answer::read::<AnswerEvent<'_>>(data.as_bytes())?
-            .delta?
-            .text
-            .0
+        answer::read_str::<AnswerEvent<'_>>(data)?.delta?.text.0
     }
 
     /// Every content block's `text`.

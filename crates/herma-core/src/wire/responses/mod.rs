@@ -102,7 +102,7 @@ impl WireProtocol for Responses {
 
     /// A `response.output_text.delta` event's `delta`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        let event: AnswerEvent<'_> = answer::read(data.as_bytes())?;
+        let event: AnswerEvent<'_> = answer::read_str(data)?;
         if event.kind.0.as_deref() == Some("response.output_text.delta") {
             event.delta.0
         } else {
