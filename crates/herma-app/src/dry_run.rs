@@ -221,7 +221,8 @@ impl App {
                 report.direct_response = Some(if envelope.stream {
                     Value::String(String::from_utf8_lossy(&answer.sse()).into_owned())
                 } else {
-                    answer.json()
+                    // Herma's own JSON: it always parses.
+                    serde_json::from_slice(&answer.json()).unwrap_or_default()
                 });
             }
             PlannedAction::Shim { shim, unresolved } => {

@@ -14,9 +14,9 @@
 //! `HERMA_LOAD_HERMA=PATH` runs another `herma` binary under this harness (to compare two
 //! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32
 //! phase into `DIR/passthrough.data` and `DIR/herma.data` (and Herma's with entity memory off
-//! into `DIR/herma-memory-off.data`), and its 200-chunk streams into
-//! `DIR/passthrough-streams.data` and `DIR/herma-streams.data` (`scripts/perf-breakdown`
-//! reads them).
+//! into `DIR/herma-memory-off.data`, its direct answers into `DIR/herma-direct.data`), and its
+//! 200-chunk streams into `DIR/passthrough-streams.data` and `DIR/herma-streams.data`
+//! (`scripts/perf-breakdown` reads them).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -505,6 +505,7 @@ async fn main() -> Result<()> {
     )
     .await?;
     profiler.stop()?;
+    let profiler = Profiler::start(&via_herma, "herma-direct.data").await?;
     let (t_answer, c_answer) = throughput(
         &client,
         &via_herma,
@@ -513,6 +514,7 @@ async fn main() -> Result<()> {
         plan.throughput_seconds,
     )
     .await?;
+    profiler.stop()?;
 
     eprintln!(
         "measuring 200-chunk streams ({} each)…",

@@ -1,6 +1,7 @@
 //! The request hot path's pure parts: reading an envelope, evaluating tier-1 rules, rendering
-//! a shim and splicing it, and watching a relayed stream for usage. Rule evaluation is measured
-//! over 100, 1,000 and 10,000 keyword rules (the index should make these cost about the same).
+//! a shim and splicing it, watching a relayed stream for usage, sealing a receipt and rendering
+//! a direct answer. Rule evaluation is measured over 100, 1,000 and 10,000 keyword rules (the
+//! index should make these cost about the same).
 
 // A benchmark fails loudly on a broken fixture.
 #![allow(clippy::expect_used)]
@@ -16,6 +17,7 @@ use herma_core::model::{
 };
 use herma_core::rules::RuleSet;
 use herma_core::shim::{ShimEntry, render};
+use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{Envelope, HeaderFacts, Protocol};
 
@@ -361,12 +363,39 @@ fn bench_seal(c: &mut Criterion) {
     });
 }
 
+/// A `respond_directly` answer rendered in each protocol, as JSON and as its event sequence.
+fn bench_direct(c: &mut Criterion) {
+    let mut group = c.benchmark_group("direct answer");
+    for (name, protocol) in [
+        ("messages", Protocol::Messages),
+        ("chat", Protocol::ChatCompletions),
+        ("responses", Protocol::Responses),
+    ] {
+        let answer = DirectAnswer {
+            protocol,
+            model: "claude-sonnet-4-5",
+            text: "All systems nominal.",
+            id_hex: "0f1e2d3c4b5a6978",
+            created: Timestamp::from_millis(1_764_800_000_000),
+            stream_usage: true,
+        };
+        group.bench_function(format!("{name} json"), |b| {
+            b.iter(|| black_box(black_box(&answer).json().len()))
+        });
+        group.bench_function(format!("{name} sse"), |b| {
+            b.iter(|| black_box(black_box(&answer).sse().len()))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_rules,
     bench_envelopes,
     bench_shim,
     bench_usage,
-    bench_seal
+    bench_seal,
+    bench_direct
 );
 criterion_main!(benches);

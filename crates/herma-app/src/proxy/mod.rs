@@ -206,7 +206,7 @@ impl App {
                 let body = if envelope.stream {
                     Bytes::from(answer.sse())
                 } else {
-                    Bytes::from(answer.json().to_string())
+                    Bytes::from(answer.json())
                 };
                 receipt.action = ReceiptAction::RespondedDirectly;
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));

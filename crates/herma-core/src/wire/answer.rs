@@ -126,7 +126,7 @@ mod tests {
                 stream_usage: false,
             };
             assert_eq!(
-                response_text(protocol, false, answer.json().to_string().as_bytes(), 100),
+                response_text(protocol, false, &answer.json(), 100),
                 "see src/lib.rs"
             );
             assert_eq!(

@@ -2,9 +2,11 @@
 //! own API would have answered — JSON, or the protocol's full SSE event sequence — with zero
 //! usage and no upstream involved. Each protocol module renders its own
 //! ([`WireProtocol::direct_json`](super::WireProtocol::direct_json),
-//! [`WireProtocol::direct_sse`](super::WireProtocol::direct_sse)).
+//! [`WireProtocol::direct_sse`](super::WireProtocol::direct_sse)), serializing borrowed structs
+//! in the protocol's member order straight into the answer's buffer (no `Value` tree: a direct
+//! answer is a whole response's work on Herma's side, where the pass-through only relays one).
 
-use serde_json::Value;
+use serde::{Serialize, Serializer};
 
 use super::Protocol;
 use crate::time::Timestamp;
@@ -28,9 +30,19 @@ impl DirectAnswer<'_> {
         self.created.as_millis().div_euclid(1000)
     }
 
-    /// The non-streaming response object.
-    pub fn json(&self) -> Value {
-        self.protocol.wire().direct_json(self)
+    /// The protocol's id for this answer: `prefix` then the answer's hex.
+    pub(crate) fn id(&self, prefix: &'static str) -> Id<'_> {
+        Id {
+            prefix,
+            hex: self.id_hex,
+        }
+    }
+
+    /// The non-streaming response object, as JSON.
+    pub fn json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.text.len() + 768);
+        self.protocol.wire().direct_json(self, &mut out);
+        out
     }
 
     /// The streaming response: the protocol's whole SSE event sequence.
@@ -39,4 +51,46 @@ impl DirectAnswer<'_> {
         self.protocol.wire().direct_sse(self, &mut out);
         out
     }
+}
+
+/// An id written as one JSON string, `prefix` and hex, without building it first.
+#[derive(Clone, Copy)]
+pub(crate) struct Id<'a> {
+    prefix: &'static str,
+    hex: &'a str,
+}
+
+impl Serialize for Id<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{}{}", self.prefix, self.hex))
+    }
+}
+
+/// `{}`.
+#[derive(Serialize)]
+pub(crate) struct Empty {}
+
+/// `[]`.
+pub(crate) const NONE: [(); 0] = [];
+
+/// Appends `value`'s JSON to `out`: nothing if it would not serialize, which these structs of
+/// strings and numbers never fail to.
+pub(crate) fn write_json(out: &mut Vec<u8>, value: &impl Serialize) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+    }
+}
+
+/// Appends one SSE event whose data is `value`'s JSON: one `data:` line, since compact JSON
+/// escapes every newline inside its strings.
+pub(crate) fn write_json_event(out: &mut Vec<u8>, event: Option<&str>, value: &impl Serialize) {
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    write_json(out, value);
+    out.extend_from_slice(b"\n\n");
 }

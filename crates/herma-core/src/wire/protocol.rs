@@ -36,8 +36,9 @@ pub trait WireProtocol: Sync {
 
     // ---- answers Herma gives itself ------------------------------------------------------------
 
-    /// A direct answer as this protocol's non-streaming response object.
-    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value;
+    /// A direct answer as this protocol's non-streaming response object, its JSON appended to
+    /// `out`.
+    fn direct_json(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>);
     /// A direct answer as this protocol's whole SSE event sequence, appended to `out`.
     fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>);
     /// Herma's error in this protocol's error shape, so the official SDKs raise their usual

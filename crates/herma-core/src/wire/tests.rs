@@ -325,7 +325,8 @@ fn events(bytes: &[u8]) -> Vec<(Option<String>, Value)> {
 #[test]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn direct_json_answers_are_protocol_objects_with_zero_usage() {
-    let chat = answer(Protocol::ChatCompletions, false).json();
+    let chat: Value =
+        serde_json::from_slice(&answer(Protocol::ChatCompletions, false).json()).unwrap();
     assert_eq!(
         (chat["object"].clone(), chat["id"].clone()),
         (json!("chat.completion"), json!("chatcmpl-abc123"))
@@ -336,7 +337,7 @@ fn direct_json_answers_are_protocol_objects_with_zero_usage() {
     );
     assert_eq!(chat["usage"]["total_tokens"], 0);
     assert_eq!(chat["created"], 1_796_000_000);
-    let resp = answer(Protocol::Responses, false).json();
+    let resp: Value = serde_json::from_slice(&answer(Protocol::Responses, false).json()).unwrap();
     assert_eq!(
         (resp["object"].clone(), resp["status"].clone()),
         (json!("response"), json!("completed"))
@@ -346,7 +347,7 @@ fn direct_json_answers_are_protocol_objects_with_zero_usage() {
         "Deploys are frozen."
     );
     assert_eq!(resp["usage"]["total_tokens"], 0);
-    let msg = answer(Protocol::Messages, false).json();
+    let msg: Value = serde_json::from_slice(&answer(Protocol::Messages, false).json()).unwrap();
     assert_eq!(
         (msg["type"].clone(), msg["stop_reason"].clone()),
         (json!("message"), json!("end_turn"))
@@ -625,5 +626,50 @@ fn a_repeated_decided_member_is_refused_in_every_protocol() {
             Envelope::from_request(protocol, body.as_bytes(), &HeaderFacts::default()).is_ok(),
             "{body}"
         );
+    }
+}
+
+#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn direct_answers_carry_any_text_and_model_exactly() {
+    let text = "line one\nline \"two\"\r\n\ttab \\ back\u{1}slash é 🚀 </script>";
+    let model = "m\"odel\n";
+    for protocol in Protocol::ALL {
+        for stream_usage in [false, true] {
+            let answer = DirectAnswer {
+                model,
+                text,
+                ..answer(protocol, stream_usage)
+            };
+            let json: Value = serde_json::from_slice(&answer.json()).unwrap();
+            assert_eq!(json["model"], model, "{protocol:?}");
+            assert_eq!(
+                crate::wire::answer::response_text(protocol, false, &answer.json(), usize::MAX),
+                text,
+                "{protocol:?}"
+            );
+            let sse = answer.sse();
+            assert_eq!(
+                crate::wire::answer::response_text(protocol, true, &sse, usize::MAX),
+                text,
+                "{protocol:?}"
+            );
+            // Every event is one `data:` line of JSON (or `[DONE]`), named as its `type` says.
+            let body = String::from_utf8(sse).unwrap();
+            for event in body.split_terminator("\n\n") {
+                let data: Vec<_> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .collect();
+                assert_eq!(data.len(), 1, "{event}");
+                if data[0] != "[DONE]" {
+                    let value: Value = serde_json::from_str(data[0]).unwrap();
+                    if let Some(name) = event.strip_prefix("event: ").and_then(|e| e.lines().next())
+                    {
+                        assert_eq!(value["type"], name, "{event}");
+                    }
+                }
+            }
+        }
     }
 }

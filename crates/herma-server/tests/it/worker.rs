@@ -85,11 +85,25 @@ impl Wrangler {
     }
 }
 
+/// A port for wrangler to listen on, below the kernel's ephemeral range (32768 and up here): a
+/// port from `bind(…:0)`, closed and handed to wrangler, can be taken in between by any socket
+/// the kernel numbers itself — workerd's own among them — and wrangler then exits with "Address
+/// already in use". Ports here are numbered by this process only (no two alike, free when
+/// picked); the Worker's tests run one at a time.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() % SPAN;
+    for _ in 0..SPAN {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(FIRST + offset).expect("below 65536");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {FIRST} and {}", FIRST + SPAN);
 }
 
 fn worker_dir() -> PathBuf {
@@ -162,30 +176,43 @@ async fn start_worker(vars: &[(&str, String)], state: &Path) -> Wrangler {
 /// [`start_worker`] with these wrangler configurations instead of the Worker's own (`wrangler
 /// dev` runs every one it is given, the first answering).
 async fn start_workers(vars: &[(&str, String)], state: &Path, configs: &[PathBuf]) -> Wrangler {
-    let worker = spawn_workers(vars, state, configs);
-    let port = worker
-        .base
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    // Ready when it answers; workerd's first start compiles the module (seconds).
     let client = reqwest::Client::new();
-    for _ in 0..240 {
-        // The Worker's own answer (its store is D1), not another server's on that port.
-        if let Ok(r) = client.get(format!("{}/healthz", worker.base)).send().await
-            && r.status().is_success()
-        {
-            let health: Value = r.json().await.unwrap_or_default();
-            assert_eq!(
-                health["database"], "d1",
-                "another server answers on the Worker's port {port}"
-            );
-            return worker;
+    // A wrangler that exits before answering (its port taken after all) is started again on
+    // new ports, at most twice.
+    for _ in 0..3 {
+        let mut worker = spawn_workers(vars, state, configs);
+        let port = worker
+            .base
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        // Ready when it answers; workerd's first start compiles the module (seconds).
+        let mut exited = false;
+        for _ in 0..240 {
+            // The Worker's own answer (its store is D1), not another server's on that port.
+            if let Ok(r) = client.get(format!("{}/healthz", worker.base)).send().await
+                && r.status().is_success()
+            {
+                let health: Value = r.json().await.unwrap_or_default();
+                assert_eq!(
+                    health["database"], "d1",
+                    "another server answers on the Worker's port {port}"
+                );
+                return worker;
+            }
+            if let Ok(Some(status)) = worker.child.try_wait() {
+                eprintln!("wrangler dev exited ({status}) before answering on {port}: again");
+                exited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        if !exited {
+            panic!("wrangler dev did not answer /healthz within 60 s");
+        }
     }
-    panic!("wrangler dev did not answer /healthz within 60 s");
+    panic!("wrangler dev exited before answering /healthz three times");
 }
 
 /// `wrangler dev --local` starting the built Worker on the local state `state`.

@@ -69,8 +69,8 @@ impl WireProtocol for ChatCompletions {
         ("authorization", format!("Bearer {key}"))
     }
 
-    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value {
-        direct::json(answer)
+    fn direct_json(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+        direct::json(answer, out)
     }
 
     fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {

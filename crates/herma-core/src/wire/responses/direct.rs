@@ -1,123 +1,301 @@
 //! A direct answer as the Responses API would have sent it.
 
-use serde_json::{Value, json};
+use serde::Serialize;
 
-use crate::wire::direct::DirectAnswer;
-use crate::wire::sse::write_event;
+use crate::wire::direct::{DirectAnswer, Empty, Id, NONE, write_json, write_json_event};
 
-pub(super) fn json(answer: &DirectAnswer<'_>) -> Value {
-    response_object(
-        answer,
-        "completed",
-        vec![output_message(answer, "completed")],
-    )
-}
-
-fn output_message(answer: &DirectAnswer<'_>, status: &str) -> Value {
-    let content = if status == "completed" {
-        json!([{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}])
-    } else {
-        json!([])
-    };
-    json!({
-        "id": format!("msg_{}", answer.id_hex),
-        "type": "message",
-        "status": status,
-        "role": "assistant",
-        "content": content
-    })
-}
-
-fn response_object(answer: &DirectAnswer<'_>, status: &str, output: Vec<Value>) -> Value {
-    json!({
-        "id": format!("resp_{}", answer.id_hex),
-        "object": "response",
-        "created_at": answer.seconds(),
-        "status": status,
-        "background": false,
-        "error": null,
-        "incomplete_details": null,
-        "instructions": null,
-        "max_output_tokens": null,
-        "model": answer.model,
-        "output": output,
-        "parallel_tool_calls": true,
-        "previous_response_id": null,
-        "reasoning": {"effort": null, "summary": null},
-        "store": false,
-        "temperature": null,
-        "text": {"format": {"type": "text"}},
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": null,
-        "truncation": "disabled",
-        "usage": if status == "completed" { usage() } else { Value::Null },
-        "user": null,
-        "metadata": {}
-    })
+pub(super) fn json(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+    let part = [output_text(answer.text)];
+    let output = [output_message(answer, "completed", &part)];
+    write_json(out, &response(answer, "completed", &output));
 }
 
 pub(super) fn sse(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
-    let item_id = format!("msg_{}", answer.id_hex);
-    let part =
-        json!({"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []});
-    let empty_part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
-    let events = [
-        (
-            "response.created",
-            json!({"response": response_object(answer, "in_progress", vec![])}),
-        ),
-        (
-            "response.in_progress",
-            json!({"response": response_object(answer, "in_progress", vec![])}),
-        ),
-        (
-            "response.output_item.added",
-            json!({"output_index": 0, "item": output_message(answer, "in_progress")}),
-        ),
-        (
-            "response.content_part.added",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": empty_part}),
-        ),
-        (
-            "response.output_text.delta",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": answer.text, "logprobs": []}),
-        ),
-        (
-            "response.output_text.done",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "text": answer.text, "logprobs": []}),
-        ),
-        (
-            "response.content_part.done",
-            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part}),
-        ),
-        (
-            "response.output_item.done",
-            json!({"output_index": 0, "item": output_message(answer, "completed")}),
-        ),
-        (
-            "response.completed",
-            json!({"response": response_object(answer, "completed", vec![output_message(answer, "completed")])}),
-        ),
-    ];
-    for (sequence, (kind, mut data)) in events.into_iter().enumerate() {
-        if let Value::Object(map) = &mut data {
-            let mut ordered = serde_json::Map::new();
-            ordered.insert("type".into(), json!(kind));
-            ordered.insert("sequence_number".into(), json!(sequence));
-            ordered.extend(std::mem::take(map));
-            data = Value::Object(ordered);
-        }
-        write_event(out, Some(kind), &data.to_string());
+    let item_id = answer.id("msg_");
+    let part = [output_text(answer.text)];
+    let done = [output_message(answer, "completed", &part)];
+    let mut sequence_number = 0;
+    let mut event = |out: &mut Vec<u8>, kind: &'static str, body: Body<'_>| {
+        write_json_event(
+            out,
+            Some(kind),
+            &Event {
+                kind,
+                sequence_number,
+                body,
+            },
+        );
+        sequence_number += 1;
+    };
+    let in_progress = response(answer, "in_progress", &[]);
+    event(
+        out,
+        "response.created",
+        Body::Response {
+            response: &in_progress,
+        },
+    );
+    event(
+        out,
+        "response.in_progress",
+        Body::Response {
+            response: &in_progress,
+        },
+    );
+    event(
+        out,
+        "response.output_item.added",
+        Body::Item {
+            output_index: 0,
+            item: &output_message(answer, "in_progress", &[]),
+        },
+    );
+    event(
+        out,
+        "response.content_part.added",
+        Body::Part {
+            item_id,
+            output_index: 0,
+            content_index: 0,
+            part: &output_text(""),
+        },
+    );
+    event(
+        out,
+        "response.output_text.delta",
+        Body::Delta {
+            item_id,
+            output_index: 0,
+            content_index: 0,
+            delta: answer.text,
+            logprobs: NONE,
+        },
+    );
+    event(
+        out,
+        "response.output_text.done",
+        Body::Text {
+            item_id,
+            output_index: 0,
+            content_index: 0,
+            text: answer.text,
+            logprobs: NONE,
+        },
+    );
+    event(
+        out,
+        "response.content_part.done",
+        Body::Part {
+            item_id,
+            output_index: 0,
+            content_index: 0,
+            part: &part[0],
+        },
+    );
+    event(
+        out,
+        "response.output_item.done",
+        Body::Item {
+            output_index: 0,
+            item: &done[0],
+        },
+    );
+    event(
+        out,
+        "response.completed",
+        Body::Response {
+            response: &response(answer, "completed", &done),
+        },
+    );
+}
+
+fn output_text(text: &str) -> OutputText<'_> {
+    OutputText {
+        kind: "output_text",
+        text,
+        annotations: NONE,
+        logprobs: NONE,
     }
 }
 
-fn usage() -> Value {
-    json!({
-        "input_tokens": 0,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 0,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 0
-    })
+/// The answer's message item; its content is given only once it is `completed`.
+fn output_message<'a>(
+    answer: &'a DirectAnswer<'a>,
+    status: &'static str,
+    content: &'a [OutputText<'a>],
+) -> OutputMessage<'a> {
+    OutputMessage {
+        id: answer.id("msg_"),
+        kind: "message",
+        status,
+        role: "assistant",
+        content,
+    }
+}
+
+fn response<'a>(
+    answer: &'a DirectAnswer<'a>,
+    status: &'static str,
+    output: &'a [OutputMessage<'a>],
+) -> Response<'a> {
+    Response {
+        id: answer.id("resp_"),
+        object: "response",
+        created_at: answer.seconds(),
+        status,
+        background: false,
+        error: (),
+        incomplete_details: (),
+        instructions: (),
+        max_output_tokens: (),
+        model: answer.model,
+        output,
+        parallel_tool_calls: true,
+        previous_response_id: (),
+        reasoning: Reasoning {
+            effort: (),
+            summary: (),
+        },
+        store: false,
+        temperature: (),
+        text: TextConfig {
+            format: Format { kind: "text" },
+        },
+        tool_choice: "auto",
+        tools: NONE,
+        top_p: (),
+        truncation: "disabled",
+        usage: (status == "completed").then(Usage::default),
+        user: (),
+        metadata: Empty {},
+    }
+}
+
+// `()` is JSON's `null`, `NONE` its `[]`; members in the API's order.
+
+/// An event: its `type` and `sequence_number` first, then its own members.
+#[derive(Serialize)]
+struct Event<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    sequence_number: u32,
+    #[serde(flatten)]
+    body: Body<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Body<'a> {
+    Response {
+        response: &'a Response<'a>,
+    },
+    Item {
+        output_index: u32,
+        item: &'a OutputMessage<'a>,
+    },
+    Part {
+        item_id: Id<'a>,
+        output_index: u32,
+        content_index: u32,
+        part: &'a OutputText<'a>,
+    },
+    Delta {
+        item_id: Id<'a>,
+        output_index: u32,
+        content_index: u32,
+        delta: &'a str,
+        logprobs: [(); 0],
+    },
+    Text {
+        item_id: Id<'a>,
+        output_index: u32,
+        content_index: u32,
+        text: &'a str,
+        logprobs: [(); 0],
+    },
+}
+
+#[derive(Serialize)]
+struct Response<'a> {
+    id: Id<'a>,
+    object: &'static str,
+    created_at: i64,
+    status: &'static str,
+    background: bool,
+    error: (),
+    incomplete_details: (),
+    instructions: (),
+    max_output_tokens: (),
+    model: &'a str,
+    output: &'a [OutputMessage<'a>],
+    parallel_tool_calls: bool,
+    previous_response_id: (),
+    reasoning: Reasoning,
+    store: bool,
+    temperature: (),
+    text: TextConfig,
+    tool_choice: &'static str,
+    tools: [(); 0],
+    top_p: (),
+    truncation: &'static str,
+    /// `null` until the response is completed.
+    usage: Option<Usage>,
+    user: (),
+    metadata: Empty,
+}
+
+#[derive(Serialize)]
+struct OutputMessage<'a> {
+    id: Id<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    status: &'static str,
+    role: &'static str,
+    content: &'a [OutputText<'a>],
+}
+
+#[derive(Serialize)]
+struct OutputText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    annotations: [(); 0],
+    logprobs: [(); 0],
+}
+
+#[derive(Serialize)]
+struct Reasoning {
+    effort: (),
+    summary: (),
+}
+
+#[derive(Serialize)]
+struct TextConfig {
+    format: Format,
+}
+
+#[derive(Serialize)]
+struct Format {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// Zero usage, every member OpenAI reports.
+#[derive(Default, Serialize)]
+struct Usage {
+    input_tokens: u32,
+    input_tokens_details: InputDetails,
+    output_tokens: u32,
+    output_tokens_details: OutputDetails,
+    total_tokens: u32,
+}
+
+#[derive(Default, Serialize)]
+struct InputDetails {
+    cached_tokens: u32,
+}
+
+#[derive(Default, Serialize)]
+struct OutputDetails {
+    reasoning_tokens: u32,
 }

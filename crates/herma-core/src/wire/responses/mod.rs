@@ -72,8 +72,8 @@ impl WireProtocol for Responses {
         ChatCompletions.credential(key)
     }
 
-    fn direct_json(&self, answer: &DirectAnswer<'_>) -> Value {
-        direct::json(answer)
+    fn direct_json(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
+        direct::json(answer, out)
     }
 
     fn direct_sse(&self, answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
