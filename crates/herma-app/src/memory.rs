@@ -10,6 +10,7 @@
 //! ([`MemoryWorker::dropped`]) rather than slowing requests down. (Receipts, by contrast, are
 //! never dropped.)
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,10 +42,17 @@ pub struct TurnRecord {
     pub user_text: String,
     pub tool_results: Vec<String>,
     pub paths: Vec<String>,
-    /// The answer as the client received it (bounded), and whether it was SSE.
-    pub response: Vec<u8>,
-    pub streaming: bool,
+    pub answer: TurnAnswer,
     pub at: Timestamp,
+}
+
+/// A turn's answer, as memory reads it.
+#[derive(Clone, Debug)]
+pub enum TurnAnswer {
+    /// Relayed from upstream: the bytes the client received (bounded), and whether they were SSE.
+    Relayed { body: Vec<u8>, streaming: bool },
+    /// Herma's own direct answer: its text (what reading the rendered answer back would give).
+    Direct(String),
 }
 
 enum Message {
@@ -263,6 +271,17 @@ impl Pending {
     }
 }
 
+/// The first `max` characters of `text`, as `response_text` bounds an answer's.
+fn first_chars(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
 /// Queues one turn's entities and rule outcomes on `pending` (written by the caller, batched;
 /// its outcomes written first here when attribution needs to read earlier turns).
 async fn process(
@@ -270,12 +289,15 @@ async fn process(
     turn: &TurnRecord,
     pending: &mut Pending,
 ) -> Result<(), herma_store::StoreError> {
-    let answer = response_text(
-        turn.protocol,
-        turn.streaming,
-        &turn.response,
-        MAX_RESPONSE_TEXT,
-    );
+    let answer = match &turn.answer {
+        TurnAnswer::Relayed { body, streaming } => Cow::Owned(response_text(
+            turn.protocol,
+            *streaming,
+            body,
+            MAX_RESPONSE_TEXT,
+        )),
+        TurnAnswer::Direct(text) => Cow::Borrowed(first_chars(text, MAX_RESPONSE_TEXT)),
+    };
     let seen = observations(&turn.paths, &turn.user_text, &turn.tool_results, &answer);
     if !seen.is_empty() {
         pending.entities.push(EntityTurn {
@@ -333,4 +355,32 @@ async fn process(
     );
     pending.outcomes.extend(retries);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herma_core::wire::direct::DirectAnswer;
+
+    /// A direct answer's text is bounded as reading its rendered answer back would bound it.
+    #[test]
+    fn a_direct_answers_text_is_bounded_as_read_back() {
+        for text in ["", "abc", "héllo wörld 🚀🚀", &"é".repeat(100)] {
+            for max in [0, 1, 3, 5, 12, 99, 100, 1000] {
+                let answer = DirectAnswer {
+                    protocol: Protocol::Messages,
+                    model: "m",
+                    text,
+                    id_hex: "1",
+                    created: Timestamp::default(),
+                    stream_usage: false,
+                };
+                assert_eq!(
+                    first_chars(text, max),
+                    response_text(Protocol::Messages, false, &answer.json(), max),
+                    "{text:?} at {max}"
+                );
+            }
+        }
+    }
 }

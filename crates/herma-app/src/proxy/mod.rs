@@ -33,7 +33,7 @@ use herma_providers::{
 };
 
 use crate::App;
-use crate::memory::TurnRecord;
+use crate::memory::{TurnAnswer, TurnRecord};
 use observed::{ObservedBody, elapsed_micros};
 
 /// Names the project a request belongs to (entity memory is kept per project).
@@ -212,8 +212,7 @@ impl App {
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));
                 if let Some(memory) = &self.memory {
                     let mut turn = self.turn_record(&request, &envelope, &receipt, &receipt_id);
-                    turn.response = body.to_vec();
-                    turn.streaming = envelope.stream;
+                    turn.answer = TurnAnswer::Direct(text);
                     memory.submit(turn);
                 }
                 self.receipts.submit(receipt.seal(receipt_id.clone())).await;
@@ -329,8 +328,10 @@ impl App {
             user_text: envelope.user_text.clone(),
             tool_results: envelope.tool_results.clone(),
             paths: envelope.paths.clone(),
-            response: Vec::new(),
-            streaming: false,
+            answer: TurnAnswer::Relayed {
+                body: Vec::new(),
+                streaming: false,
+            },
             at: self.clock.now(),
         }
     }

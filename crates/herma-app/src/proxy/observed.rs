@@ -13,7 +13,7 @@ use herma_core::wire::Protocol;
 use herma_core::wire::usage::UsageObserver;
 use herma_providers::{BodyStream, UpstreamError};
 
-use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnRecord};
+use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnAnswer, TurnRecord};
 use crate::metrics::StreamEnds;
 use crate::receipts::ReceiptWriter;
 
@@ -59,8 +59,10 @@ impl ObservedBody {
             self.writer.submit_detached(receipt.seal(id));
         }
         if let Some((memory, mut turn)) = self.memory.take() {
-            turn.response = std::mem::take(&mut self.captured);
-            turn.streaming = self.streaming;
+            turn.answer = TurnAnswer::Relayed {
+                body: std::mem::take(&mut self.captured),
+                streaming: self.streaming,
+            };
             memory.submit(turn);
         }
     }

@@ -233,6 +233,73 @@ async fn h13_deterministic_entity_memory_retry_outcomes_and_candidate_insights_o
     h13(Backend::Postgres).await;
 }
 
+/// A direct answer's own text is read for entities (as a relayed answer's is), and its rule
+/// outcome is `responded_directly`, whether the answer was JSON or a stream.
+#[tokio::test]
+async fn a_direct_answers_text_is_remembered_like_a_relayed_one() {
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let key = app.key("route,configure", Some("claude-code")).await;
+    let created = req(Method::POST, "/v1/provisions")
+        .key(&key)
+        .harness("claude-code")
+        .json(json!({
+            "id": "rollback.howto",
+            "action": "respond_directly",
+            "triggers": {"keywords": ["rollback"]},
+            "response": {"text": "Run `Deployer::rollback` — see tessera://nouns/rollbacks.\nThen check `HealthProbe`."}
+        }))
+        .send(&app)
+        .await;
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.2);
+    for stream in [false, true] {
+        let response = app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("x-api-key", &key)
+            .json(&json!({"model": "m", "max_tokens": 64, "stream": stream, "messages": [{"role": "user", "content": "how do I rollback?"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.bytes().await.unwrap();
+    }
+    app.app.receipts.flush().await;
+    app.app.memory.as_ref().unwrap().flush().await;
+
+    let memory = req(Method::GET, "/v1/memory").key(&key).send(&app).await.2;
+    let count = |kind: &str, value: &str| {
+        memory["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == kind && e["value"] == value)
+            .map(|e| e["count"].as_u64().unwrap())
+    };
+    assert_eq!(
+        count("code_symbol", "Deployer::rollback"),
+        Some(2),
+        "{memory}"
+    );
+    assert_eq!(
+        count("tessera_uri", "tessera://nouns/rollbacks"),
+        Some(2),
+        "{memory}"
+    );
+    assert_eq!(count("code_symbol", "HealthProbe"), Some(2), "{memory}");
+    let outcomes = req(Method::GET, "/v1/outcomes")
+        .key(&key)
+        .send(&app)
+        .await
+        .2;
+    let kinds: Vec<&Value> = outcomes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["outcome"])
+        .collect();
+    assert_eq!(kinds, [&json!("responded_directly"); 2], "{outcomes}");
+}
+
 #[tokio::test]
 async fn slash_commands_are_not_remembered_as_file_paths() {
     let app = spawn_app(Backend::Sqlite, &[]).await;
