@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use herma_core::memory::{error_signatures, observations};
 use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
 use herma_core::wire::Protocol;
-use herma_core::wire::answer::response_text;
+use herma_core::wire::answer::{first_chars, response_text};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::runtime::InFlight;
 use herma_store::{EntityTurn, Runtime, Store};
@@ -271,17 +271,6 @@ impl Pending {
     }
 }
 
-/// The first `max` characters of `text`, as `response_text` bounds an answer's.
-fn first_chars(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    match text.char_indices().nth(max) {
-        Some((end, _)) => &text[..end],
-        None => text,
-    }
-}
-
 /// Queues one turn's entities and rule outcomes on `pending` (written by the caller, batched;
 /// its outcomes written first here when attribution needs to read earlier turns).
 async fn process(
@@ -355,32 +344,4 @@ async fn process(
     );
     pending.outcomes.extend(retries);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use herma_core::wire::direct::DirectAnswer;
-
-    /// A direct answer's text is bounded as reading its rendered answer back would bound it.
-    #[test]
-    fn a_direct_answers_text_is_bounded_as_read_back() {
-        for text in ["", "abc", "héllo wörld 🚀🚀", &"é".repeat(100)] {
-            for max in [0, 1, 3, 5, 12, 99, 100, 1000] {
-                let answer = DirectAnswer {
-                    protocol: Protocol::Messages,
-                    model: "m",
-                    text,
-                    id_hex: "1",
-                    created: Timestamp::default(),
-                    stream_usage: false,
-                };
-                assert_eq!(
-                    first_chars(text, max),
-                    response_text(Protocol::Messages, false, &answer.json(), max),
-                    "{text:?} at {max}"
-                );
-            }
-        }
-    }
 }

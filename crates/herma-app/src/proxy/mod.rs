@@ -211,9 +211,14 @@ impl App {
                 receipt.action = ReceiptAction::RespondedDirectly;
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));
                 if let Some(memory) = &self.memory {
-                    let mut turn = self.turn_record(&request, &envelope, &receipt, &receipt_id);
-                    turn.answer = TurnAnswer::Direct(text);
-                    memory.submit(turn);
+                    let answer = TurnAnswer::Direct(text);
+                    memory.submit(self.turn_record(
+                        &request,
+                        &envelope,
+                        &receipt,
+                        &receipt_id,
+                        answer,
+                    ));
                 }
                 self.receipts.submit(receipt.seal(receipt_id.clone())).await;
                 return Ok(ProxyReply::Direct {
@@ -265,10 +270,13 @@ impl App {
             .iter()
             .any(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let memory = self.memory.clone().map(|m| {
-            (
-                m,
-                self.turn_record(&request, &envelope, &receipt, &receipt_id),
-            )
+            // The relayed body is added as it passes ([`ObservedBody`]).
+            let answer = TurnAnswer::Relayed {
+                body: Vec::new(),
+                streaming,
+            };
+            let turn = self.turn_record(&request, &envelope, &receipt, &receipt_id, answer);
+            (m, turn)
         });
         let action = receipt.action;
         let observed = ObservedBody {
@@ -293,13 +301,14 @@ impl App {
         })
     }
 
-    /// What memory needs from this turn (the response is added when it has been relayed).
+    /// What memory needs from this turn.
     fn turn_record(
         &self,
         request: &ProxyRequest,
         envelope: &Envelope,
         receipt: &ReceiptBody,
         receipt_id: &str,
+        answer: TurnAnswer,
     ) -> TurnRecord {
         let outcomes = receipt
             .matched
@@ -328,10 +337,7 @@ impl App {
             user_text: envelope.user_text.clone(),
             tool_results: envelope.tool_results.clone(),
             paths: envelope.paths.clone(),
-            answer: TurnAnswer::Relayed {
-                body: Vec::new(),
-                streaming: false,
-            },
+            answer,
             at: self.clock.now(),
         }
     }

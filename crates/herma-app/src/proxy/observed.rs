@@ -59,10 +59,9 @@ impl ObservedBody {
             self.writer.submit_detached(receipt.seal(id));
         }
         if let Some((memory, mut turn)) = self.memory.take() {
-            turn.answer = TurnAnswer::Relayed {
-                body: std::mem::take(&mut self.captured),
-                streaming: self.streaming,
-            };
+            if let TurnAnswer::Relayed { body, .. } = &mut turn.answer {
+                *body = std::mem::take(&mut self.captured);
+            }
             memory.submit(turn);
         }
     }

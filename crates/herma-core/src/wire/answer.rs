@@ -74,6 +74,18 @@ pub(super) fn read_str<'d, T: Deserialize<'d>>(data: &'d str) -> Option<T> {
     serde_json::from_str(data).ok()
 }
 
+/// The first `max` characters of `text` (where [`response_text`] would stop).
+pub fn first_chars(text: &str, max: usize) -> &str {
+    // A text of no more bytes than `max` has no more characters either.
+    if text.len() <= max {
+        return text;
+    }
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
 /// The assistant text of a response body, up to `max` characters.
 pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
     let mut out = String::new();
@@ -136,6 +148,29 @@ mod tests {
             assert_eq!(response_text(protocol, true, &answer.sse(), 3), "see");
         }
         assert_eq!(response_text(Protocol::Messages, false, b"garbage", 10), "");
+    }
+
+    /// A direct answer's text bounded as reading its rendered answer back would bound it.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn first_chars_stops_where_reading_the_answer_back_stops() {
+        for text in ["", "abc", "héllo wörld 🚀🚀", &"é".repeat(100)] {
+            for max in [0, 1, 3, 5, 12, 99, 100, 1000] {
+                let answer = DirectAnswer {
+                    protocol: Protocol::Messages,
+                    model: "m",
+                    text,
+                    id_hex: "1",
+                    created: Timestamp::default(),
+                    stream_usage: false,
+                };
+                assert_eq!(
+                    first_chars(text, max),
+                    response_text(Protocol::Messages, false, &answer.json(), max),
+                    "{text:?} at {max}"
+                );
+            }
+        }
     }
 
     #[test]

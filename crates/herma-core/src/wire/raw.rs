@@ -237,9 +237,8 @@ pub(crate) fn push_unique(list: &mut Vec<String>, name: String, max: usize) {
 
 /// Truncates to at most `max` characters on a char boundary.
 pub(crate) fn bounded(mut text: String, max: usize) -> String {
-    if let Some((cut, _)) = text.char_indices().nth(max) {
-        text.truncate(cut);
-    }
+    let cut = super::answer::first_chars(&text, max).len();
+    text.truncate(cut);
     text
 }
 
