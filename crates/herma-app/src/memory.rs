@@ -345,3 +345,81 @@ async fn process(
     pending.outcomes.extend(retries);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    // A test fails loudly.
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+    use super::*;
+    use herma_store::{EntityStore, OutcomeStore};
+
+    fn turn(scope: &CallerScope, path: &str, receipt: &str) -> TurnRecord {
+        TurnRecord {
+            scope: scope.clone(),
+            project_tag: "p".into(),
+            protocol: Protocol::Messages,
+            conversation_id: String::new(),
+            turn: 1,
+            receipt_id: receipt.into(),
+            outcomes: vec![("rule.a".into(), 1, OutcomeKind::Injected)],
+            user_text: format!("please look at {path}"),
+            tool_results: vec![],
+            paths: vec![path.into()],
+            answer: TurnAnswer::Direct(String::new()),
+            at: Timestamp::from_millis(1),
+        }
+    }
+
+    /// A batch whose write fails (here a trigger refuses one turn's entity, in real SQLite)
+    /// is written again turn by turn: only the turn at fault is lost.
+    #[tokio::test]
+    async fn a_turn_that_fails_its_batch_does_not_take_the_others_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.db");
+        let path = path.to_str().unwrap();
+        let store = Arc::new(herma_store_sqlite::open_migrated(path).await.unwrap());
+        herma_store_sqlite::testing::execute(
+            path,
+            "CREATE TRIGGER poison BEFORE INSERT ON working_entities
+             WHEN NEW.value LIKE '%poison%'
+             BEGIN SELECT RAISE(ABORT, 'poisoned entity'); END",
+        )
+        .await
+        .unwrap();
+        let worker =
+            MemoryWorker::spawn(store.clone(), 16, 1000, Arc::new(herma_store::TokioRuntime));
+        let scope = CallerScope::parse("key:0123456789abcdef").unwrap();
+        // Submitted together: the worker takes them as one batch.
+        for (path, receipt) in [
+            ("src/alpha.rs", "rcpt_1"),
+            ("src/poison.rs", "rcpt_2"),
+            ("src/omega.rs", "rcpt_3"),
+        ] {
+            worker.submit(turn(&scope, path, receipt));
+        }
+        worker.flush().await;
+
+        let values: Vec<String> = store
+            .list_entities(&scope, None, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.value)
+            .collect();
+        for kept in ["src/alpha.rs", "src/omega.rs"] {
+            assert!(values.iter().any(|v| v == kept), "{kept} in {values:?}");
+        }
+        assert!(!values.iter().any(|v| v.contains("poison")), "{values:?}");
+        // The rule outcomes are written apart from the entities: all three turns have theirs.
+        let mut receipts: Vec<String> = store
+            .list_outcomes(&scope, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|o| o.receipt_id)
+            .collect();
+        receipts.sort();
+        assert_eq!(receipts, ["rcpt_1", "rcpt_2", "rcpt_3"]);
+        assert_eq!(worker.dropped(), 0);
+    }
+}

@@ -11,6 +11,13 @@ const MARKER: &str = "contributor";
 
 /// True when `model` names a contributor-tier model.
 pub fn is_contributor_model(model: &str) -> bool {
+    // An ASCII name (nearly every one) lowercases the same both ways: compared in place.
+    if model.is_ascii() {
+        return model
+            .as_bytes()
+            .windows(MARKER.len())
+            .any(|w| w.eq_ignore_ascii_case(MARKER.as_bytes()));
+    }
     model.to_ascii_lowercase().contains(MARKER) || model.to_lowercase().contains(MARKER)
 }
 
@@ -48,6 +55,36 @@ mod tests {
             let err = refuse_contributor_model(model, "/model").unwrap_err();
             assert_eq!(err.code, ProblemCode::ContributorTierRefused);
             assert_eq!(err.errors[0].pointer, "/model");
+        }
+    }
+
+    /// The in-place comparison decides as lowercasing the whole name both ways does.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn names_are_judged_as_their_lowercased_forms_are() {
+        let by_lowercasing =
+            |m: &str| m.to_ascii_lowercase().contains(MARKER) || m.to_lowercase().contains(MARKER);
+        for model in [
+            "",
+            "c",
+            "contributo",
+            "CONTRIBUTOR",
+            "a-ContribUtor-b",
+            "contributocontributor",
+            "contri-butor",
+            "gpt-5",
+            // Non-ASCII: the Kelvin sign lowercases to `k`, the dotted capital I to `i̇`.
+            "contributor-\u{212A}",
+            "CONTR\u{130}BUTOR",
+            "\u{e9}-contributor",
+            "\u{e9}-CONTRIBUTOR",
+            "\u{e9}-contrib",
+        ] {
+            assert_eq!(
+                is_contributor_model(model),
+                by_lowercasing(model),
+                "{model}"
+            );
         }
     }
 

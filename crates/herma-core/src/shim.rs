@@ -1,6 +1,8 @@
 //! Rendering context entries into the bounded `[NOUN CONTEXT]`, `[VERB CONTEXT]` and
 //! `[DETAIL CONTEXT]` blocks a shim adds to a request (H09).
 
+use std::fmt::Write as _;
+
 use crate::model::{ContextEntry, ContextKind, MAX_URI_CHARS, ShimmedRef};
 
 /// Default size budget of one shim, in characters.
@@ -21,10 +23,10 @@ pub struct RenderedShim {
     pub refs: Vec<ShimmedRef>,
 }
 
-fn body_text(entry: &ContextEntry) -> String {
+fn body_text(entry: &ContextEntry) -> std::borrow::Cow<'_, str> {
     match &entry.spec.schema_or_body {
-        serde_json::Value::String(text) => text.clone(),
-        other => other.to_string(),
+        serde_json::Value::String(text) => text.as_str().into(),
+        other => other.to_string().into(),
     }
 }
 
@@ -72,10 +74,8 @@ pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
                 head.push_str(heading(kind));
                 head.push('\n');
             }
-            head.push_str(&format!(
-                "## {title} ({}, v{})\n",
-                entry.spec.id, entry.version
-            ));
+            // Writing into a `String` cannot fail.
+            let _ = writeln!(head, "## {title} ({}, v{})", entry.spec.id, entry.version);
             let governance = entry.spec.fabric_governance.as_ref();
             if let Some(uri) = entry_uri(entry) {
                 head.push_str("URI: ");
@@ -128,10 +128,8 @@ pub fn render(entries: &[ShimEntry<'_>], budget: usize) -> RenderedShim {
             refs.push(record);
         }
     }
-    RenderedShim {
-        text: text.trim_end().to_owned(),
-        refs,
-    }
+    text.truncate(text.trim_end().len());
+    RenderedShim { text, refs }
 }
 
 #[cfg(test)]

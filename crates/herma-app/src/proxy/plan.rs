@@ -145,9 +145,10 @@ impl App {
             break Decision::Shim(shims);
         };
 
-        let applied_ids: HashSet<usize> = match &decision {
-            Decision::Forward => HashSet::new(),
-            Decision::Respond(m) => [m.rule].into(),
+        // A handful at most: a list is cheaper than hashing.
+        let applied_ids: Vec<usize> = match &decision {
+            Decision::Forward => Vec::new(),
+            Decision::Respond(m) => vec![m.rule],
             Decision::Shim(ms) => ms.iter().map(|m| m.rule).collect(),
         };
         let matched = all
@@ -177,12 +178,12 @@ impl App {
                     .unwrap_or_default(),
             },
             Decision::Shim(ms) => {
-                let mut seen = HashSet::new();
+                let mut seen: HashSet<&str> = HashSet::new();
                 let mut entries = Vec::new();
                 let mut unresolved = Vec::new();
                 for m in &ms {
                     for r in &spec(m).context_refs {
-                        if !seen.insert(r.clone()) {
+                        if !seen.insert(r.as_str()) {
                             continue;
                         }
                         match snapshot.context_entry(r) {
