@@ -92,29 +92,77 @@ impl Upstream for HttpUpstream {
             return Err(UpstreamError::Redirect(status));
         }
         let headers = std::mem::take(response.headers_mut());
-        let idle = self.idle_timeout;
         let chunks = response
             .bytes_stream()
             .map(|chunk| chunk.map_err(|e| UpstreamError::Body(describe(&e))));
-        // A stalled stream ends with an error instead of holding the connection forever.
-        let body = futures_util::stream::unfold(
-            (Box::pin(chunks), false),
-            move |(mut chunks, done)| async move {
-                if done {
-                    return None;
-                }
-                match tokio::time::timeout(idle, chunks.next()).await {
-                    Ok(Some(item)) => Some((item, (chunks, false))),
-                    Ok(None) => None,
-                    Err(_) => Some((Err(UpstreamError::Timeout(idle)), (chunks, true))),
-                }
-            },
-        );
         Ok(UpstreamResponse {
             status,
             headers,
-            body: Box::pin(body),
+            body: Box::pin(IdleTimeout::new(chunks, self.idle_timeout)),
         })
+    }
+}
+
+/// A body that ends with [`UpstreamError::Timeout`] when its next chunk has not arrived within
+/// `idle` of being asked for, instead of holding the connection forever.
+///
+/// One timer serves the whole body: asking for a chunk only notes the time, and the timer,
+/// armed for the first wait, is moved to the current wait's deadline only when it fires early.
+/// (A `tokio::time::timeout` per chunk put an entry in the runtime's timer wheel and took it
+/// out again for every chunk that was not already there when asked for: most of a stream's.)
+struct IdleTimeout<S> {
+    chunks: S,
+    idle: Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When the chunk being waited for was first asked for; `None` between chunks.
+    asked: Option<tokio::time::Instant>,
+    timed_out: bool,
+}
+
+impl<S> IdleTimeout<S> {
+    fn new(chunks: S, idle: Duration) -> Self {
+        Self {
+            chunks,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+            asked: None,
+            timed_out: false,
+        }
+    }
+}
+
+impl<S> futures_util::Stream for IdleTimeout<S>
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, UpstreamError>> + Unpin,
+{
+    type Item = Result<bytes::Bytes, UpstreamError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(None);
+        }
+        let asked = *this.asked.get_or_insert_with(tokio::time::Instant::now);
+        if let Poll::Ready(item) = this.chunks.poll_next_unpin(cx) {
+            this.asked = None;
+            return Poll::Ready(item);
+        }
+        let deadline = asked + this.idle;
+        loop {
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The timer was set for an earlier wait: this one's deadline may be later.
+            if this.timer.deadline() >= deadline {
+                this.timed_out = true;
+                return Poll::Ready(Some(Err(UpstreamError::Timeout(this.idle))));
+            }
+            this.timer.as_mut().reset(deadline);
+        }
     }
 }
 
@@ -145,4 +193,98 @@ pub(crate) fn describe(err: &reqwest::Error) -> String {
     let host = err.url().and_then(reqwest::Url::host_str).unwrap_or("-");
     tracing::warn!(host, cause = %chain, "upstream {phrase}");
     phrase.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    // A test fails loudly.
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use tokio::sync::mpsc;
+    use tokio::time::{Instant, sleep};
+
+    use super::IdleTimeout;
+    use crate::UpstreamError;
+
+    const IDLE: Duration = Duration::from_secs(10);
+
+    /// A body whose chunks are sent on the returned channel, read under [`IDLE`].
+    fn body(
+        rx: mpsc::UnboundedReceiver<Bytes>,
+    ) -> IdleTimeout<futures_util::stream::BoxStream<'static, Result<Bytes, UpstreamError>>> {
+        let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|chunk| (Ok(chunk), rx))
+        });
+        IdleTimeout::new(chunks.boxed(), IDLE)
+    }
+
+    /// Chunks that each come within the idle time of the one before pass, however long the
+    /// whole body takes; the first one late ends the body with a timeout, counted from when it
+    /// was asked for, and nothing follows.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_chunk_ends_the_body_however_long_the_body_ran_before() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut body = body(rx);
+        let start = Instant::now();
+        tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                for n in 0..4u8 {
+                    tx.send(Bytes::from(vec![n])).unwrap();
+                    sleep(IDLE - Duration::from_secs(1)).await;
+                }
+            }
+        });
+        for n in 0..4u8 {
+            assert_eq!(body.next().await.unwrap().unwrap(), Bytes::from(vec![n]));
+        }
+        // The fourth chunk came at 27 s; the fifth never does (the channel stays open).
+        match body.next().await {
+            Some(Err(UpstreamError::Timeout(idle))) => assert_eq!(idle, IDLE),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // Virtual time (paused): the timer wheel's millisecond ticks are all that may differ.
+        let waited = Instant::now() - start;
+        let due = Duration::from_secs(27) + IDLE;
+        assert!(
+            waited >= due && waited < due + Duration::from_millis(10),
+            "{waited:?}"
+        );
+        assert!(body.next().await.is_none(), "nothing after the timeout");
+        drop(tx);
+    }
+
+    /// A reader that takes its time between chunks is not the upstream being idle: the wait
+    /// starts when the next chunk is asked for.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_for_a_chunk_starts_when_it_is_asked_for() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut body = body(rx);
+        tx.send(Bytes::from_static(b"a")).unwrap();
+        tx.send(Bytes::from_static(b"b")).unwrap();
+        assert_eq!(body.next().await.unwrap().unwrap(), "a");
+        // Three idle times pass before the reader asks again: the chunk already there is read.
+        sleep(IDLE * 3).await;
+        assert_eq!(body.next().await.unwrap().unwrap(), "b");
+        // Again, and now the upstream sends the next chunk just within the idle time of the ask.
+        sleep(IDLE * 2).await;
+        let asked = Instant::now();
+        tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                sleep(IDLE - Duration::from_millis(1)).await;
+                tx.send(Bytes::from_static(b"c")).unwrap();
+            }
+        });
+        assert_eq!(body.next().await.unwrap().unwrap(), "c");
+        assert!(Instant::now() - asked < IDLE);
+        drop(tx);
+        assert!(
+            body.next().await.is_none(),
+            "the body ends with its upstream"
+        );
+    }
 }
