@@ -389,7 +389,8 @@ mod tests {
         let worker =
             MemoryWorker::spawn(store.clone(), 16, 1000, Arc::new(herma_store::TokioRuntime));
         let scope = CallerScope::parse("key:0123456789abcdef").unwrap();
-        // Submitted together: the worker takes them as one batch.
+        // Submitted together: on this test's one-thread runtime the worker runs only once the
+        // test awaits, so it takes all three as one batch.
         for (path, receipt) in [
             ("src/alpha.rs", "rcpt_1"),
             ("src/poison.rs", "rcpt_2"),

@@ -124,12 +124,13 @@ impl UsageObserver {
 /// chunk, and a null usage has nothing to merge. Inside a JSON string the quotes are escaped
 /// (`\"usage\":null`), so an unescaped `"usage":null` is always a member.
 fn may_carry_usage(data: &str) -> bool {
+    const NAME: &str = "usage";
     // Built once: `str::match_indices` set up a two-way searcher on every event.
-    static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new("usage"));
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NAME));
     let bytes = data.as_bytes();
-    USAGE.find_iter(bytes).any(|at| {
-        !(bytes[..at].ends_with(b"\"") && bytes[at + "usage".len()..].starts_with(b"\":null"))
+    FINDER.find_iter(bytes).any(|at| {
+        !(bytes[..at].ends_with(b"\"") && bytes[at + NAME.len()..].starts_with(b"\":null"))
     })
 }
 
