@@ -94,7 +94,7 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
-        .connect_with(options)
+        .connect_with(writer_options(options))
         .await
         .map_err(opened)?;
     let checkpoints = spawn_checkpoints(pool.clone());
@@ -103,6 +103,17 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
         writer,
         checkpoints,
     }))
+}
+
+/// The writer connection's options: `options` with its statement journals kept in memory.
+///
+/// In a transaction of several statements each statement journals the pages it changes, so that
+/// it alone can be undone; a journal over 64 KiB (a batch of receipts) went to a temporary file,
+/// created, written and removed for that one statement. The writer's statements are bounded
+/// batches, so their journals stay small in memory; `VACUUM`, which would build a whole copy of
+/// the database in temporary storage, is never run by Herma.
+fn writer_options(options: SqliteConnectOptions) -> SqliteConnectOptions {
+    options.pragma("temp_store", "memory")
 }
 
 /// Opens and migrates.
@@ -317,5 +328,43 @@ pub mod testing {
             .map_err(|e| e.to_string())?;
         conn.close().await.map_err(|e| e.to_string())?;
         Ok((objects, ledger))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // A test fails loudly.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn the_writer_keeps_temporary_storage_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .unwrap()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(writer_options(options.clone()))
+            .await
+            .unwrap();
+        let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        // 2 is MEMORY; a reader keeps the default (0).
+        assert_eq!(store, 2);
+        let reader = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
+            .fetch_one(&reader)
+            .await
+            .unwrap();
+        assert_eq!(store, 0);
     }
 }
