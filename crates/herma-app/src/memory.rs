@@ -189,7 +189,7 @@ impl MemoryWorker {
 /// transaction per batch rather than per turn), which is most of what memory costs.
 const BATCH: usize = 128;
 /// Under light load turns trickle in one by one; waiting this long lets one write carry many.
-/// Every commit rewrites the last page of the outcomes table and of each of its indexes, and the
+/// Every commit rewrites the outcomes table's last page, a page of each of its indexes and the
 /// file's first page, however few rows it carries; this is the receipt writer's linger too
 /// (5 ms made a third more commits and a tenth more WAL pages: docs/performance.md).
 const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
