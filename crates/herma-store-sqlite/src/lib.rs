@@ -85,24 +85,28 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
         .foreign_keys(true);
     let opened =
         |e: sqlx::Error| StoreError::Backend(format!("opening SQLite database `{path}`: {e}"));
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        .min_connections(1)
-        .connect_with(options.clone())
-        .await
-        .map_err(opened)?;
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .min_connections(1)
-        .connect_with(writer_options(options))
-        .await
-        .map_err(opened)?;
+    let (pool, writer) = connect(options).await.map_err(opened)?;
     let checkpoints = spawn_checkpoints(pool.clone());
     Ok(SqlStore::new(SqliteBackend {
         pool,
         writer,
         checkpoints,
     }))
+}
+
+/// The readers' pool and the writer's one connection, on `options`.
+async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, SqlitePool), sqlx::Error> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(8)
+        .min_connections(1)
+        .connect_with(options.clone())
+        .await?;
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .connect_with(writer_options(options))
+        .await?;
+    Ok((pool, writer))
 }
 
 /// The writer connection's options: `options` with its statement journals kept in memory.
@@ -337,34 +341,25 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    async fn temp_store(pool: &SqlitePool) -> i64 {
+        let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        store
+    }
+
+    /// The pools `open` uses: the writer keeps temporary storage in memory (2 is MEMORY), the
+    /// readers keep the default (0).
     #[tokio::test]
     async fn the_writer_keeps_temporary_storage_in_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
         let options = SqliteConnectOptions::from_str("sqlite://")
             .unwrap()
-            .filename(&path)
+            .filename(dir.path().join("t.db"))
             .create_if_missing(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(writer_options(options.clone()))
-            .await
-            .unwrap();
-        let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        // 2 is MEMORY; a reader keeps the default (0).
-        assert_eq!(store, 2);
-        let reader = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .unwrap();
-        let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
-            .fetch_one(&reader)
-            .await
-            .unwrap();
-        assert_eq!(store, 0);
+        let (pool, writer) = connect(options).await.unwrap();
+        assert_eq!(temp_store(&writer).await, 2);
+        assert_eq!(temp_store(&pool).await, 0);
     }
 }
