@@ -15,7 +15,8 @@
 //! builds). With `HERMA_LOAD_PERF=DIR` it also `perf record`s each gateway's concurrency-32
 //! phase into `DIR/passthrough.data` and `DIR/herma.data` (and Herma's with entity memory off
 //! into `DIR/herma-memory-off.data`, its direct answers into `DIR/herma-direct.data`), and its
-//! 200-chunk streams into `DIR/passthrough-streams.data` and `DIR/herma-streams.data`
+//! 200-chunk streams into `DIR/passthrough-streams.data` and `DIR/herma-streams.data`, and the
+//! forwarded requests at concurrency 1 into `DIR/passthrough-c1.data` and `DIR/herma-c1.data`
 //! (`scripts/perf-breakdown` reads them).
 
 use std::path::Path;
@@ -464,8 +465,12 @@ async fn main() -> Result<()> {
         plan.latency_requests
     );
     let l_direct = latency(&client, &direct, &forward_body, plan.latency_requests).await?;
+    let profiler = Profiler::start(&bare, "passthrough-c1.data").await?;
     let l_bare = latency(&client, &bare, &forward_body, plan.latency_requests).await?;
+    profiler.stop()?;
+    let profiler = Profiler::start(&via_herma, "herma-c1.data").await?;
     let l_herma = latency(&client, &via_herma, &forward_body, plan.latency_requests).await?;
+    profiler.stop()?;
     let l_answer = latency(&client, &via_herma, &direct_body, plan.latency_requests).await?;
     let l_no_memory = latency(
         &client,

@@ -210,11 +210,12 @@ impl App {
                 };
                 receipt.action = ReceiptAction::RespondedDirectly;
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));
+                let streaming = envelope.stream;
                 if let Some(memory) = &self.memory {
                     let answer = TurnAnswer::Direct(text);
                     memory.submit(self.turn_record(
                         &request,
-                        &envelope,
+                        envelope,
                         &receipt,
                         &receipt_id,
                         answer,
@@ -223,7 +224,7 @@ impl App {
                 self.receipts.submit(receipt.seal(receipt_id.clone())).await;
                 return Ok(ProxyReply::Direct {
                     receipt_id,
-                    streaming: envelope.stream,
+                    streaming,
                     body,
                 });
             }
@@ -275,7 +276,7 @@ impl App {
                 body: Vec::new(),
                 streaming,
             };
-            let turn = self.turn_record(&request, &envelope, &receipt, &receipt_id, answer);
+            let turn = self.turn_record(&request, envelope, &receipt, &receipt_id, answer);
             (m, turn)
         });
         let action = receipt.action;
@@ -301,11 +302,13 @@ impl App {
         })
     }
 
-    /// What memory needs from this turn.
+    /// What memory needs from this turn. Takes the envelope, the request's last use: its texts
+    /// (tool results up to [`MAX_TOOL_RESULTS`](herma_core::wire::MAX_TOOL_RESULTS) ×
+    /// 16 KiB) move into the record instead of being copied.
     fn turn_record(
         &self,
         request: &ProxyRequest,
-        envelope: &Envelope,
+        envelope: Envelope,
         receipt: &ReceiptBody,
         receipt_id: &str,
         answer: TurnAnswer,
@@ -329,14 +332,14 @@ impl App {
             conversation_id: if envelope.conversation.source == ConversationSource::None {
                 String::new()
             } else {
-                envelope.conversation.id.clone()
+                envelope.conversation.id
             },
             turn: envelope.turn,
             receipt_id: receipt_id.to_owned(),
             outcomes,
-            user_text: envelope.user_text.clone(),
-            tool_results: envelope.tool_results.clone(),
-            paths: envelope.paths.clone(),
+            user_text: envelope.user_text,
+            tool_results: envelope.tool_results,
+            paths: envelope.paths,
             answer,
             at: self.clock.now(),
         }
