@@ -113,9 +113,9 @@ async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, SqlitePoo
 ///
 /// In a transaction of several statements each statement journals the pages it changes, so that
 /// it alone can be undone; a journal over 64 KiB (a 64-receipt statement of a larger batch) went
-/// to a temporary file, created, written and removed for that one statement. The writer's statements are bounded
-/// batches, so their journals stay small in memory; `VACUUM`, which would build a whole copy of
-/// the database in temporary storage, is never run by Herma.
+/// to a temporary file, created, written and removed for that one statement. The writer's
+/// statements are bounded batches, so their journals stay small in memory; `VACUUM`, which would
+/// build a whole copy of the database in temporary storage, is never run by Herma.
 fn writer_options(options: SqliteConnectOptions) -> SqliteConnectOptions {
     options.pragma("temp_store", "memory")
 }

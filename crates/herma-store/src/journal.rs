@@ -23,8 +23,6 @@ use herma_core::model::InjectionReceipt;
 
 /// A segment this large is rotated once its receipts are stored.
 const ROTATE_BYTES: u64 = 256 * 1024;
-/// The most a journal keeps of its line buffer between appends.
-const KEPT_LINE_CAPACITY: usize = 64 * 1024;
 const PREFIX: &str = "receipts-";
 const SUFFIX: &str = ".jsonl";
 
@@ -43,8 +41,6 @@ pub struct FileJournal {
 struct State {
     seq: u64,
     file: File,
-    /// The line being written (its capacity kept for the next).
-    line: Vec<u8>,
     bytes: u64,
     segments: BTreeMap<u64, Counts>,
 }
@@ -79,7 +75,6 @@ impl FileJournal {
             state: Mutex::new(State {
                 seq: 0,
                 file,
-                line: Vec::new(),
                 bytes: 0,
                 segments,
             }),
@@ -94,21 +89,15 @@ impl FileJournal {
     /// still goes to the database, only its crash safety is lost).
     pub fn append(&self, receipt: &InjectionReceipt) -> Option<JournalMark> {
         let json = receipt.to_json();
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { file, line, .. } = &mut *state;
-        // One write per receipt, from a buffer kept across appends (no allocation per line).
-        line.clear();
+        let mut line = Vec::with_capacity(json.len() + 1);
         line.extend_from_slice(json.as_bytes());
         line.push(b'\n');
-        if let Err(err) = file.write_all(line) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(err) = state.file.write_all(&line) {
             tracing::error!(error = %err, receipt = %receipt.id, dir = %self.dir.display(), "a receipt could not be journaled");
             return None;
         }
-        state.bytes += state.line.len() as u64;
-        if state.line.capacity() > KEPT_LINE_CAPACITY {
-            // A rare large receipt (many matched rules) does not keep its buffer.
-            state.line = Vec::new();
-        }
+        state.bytes += line.len() as u64;
         let seq = state.seq;
         state.segments.entry(seq).or_default().appended += 1;
         Some(JournalMark(seq))
@@ -287,34 +276,6 @@ mod tests {
         assert!(orphans.receipts.iter().all(InjectionReceipt::verifies));
         orphans.discard().unwrap();
         assert_eq!(segments(dir.path()), 1, "only the live segment remains");
-    }
-
-    #[test]
-    fn each_line_is_its_own_receipt_after_a_longer_or_an_outsized_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        let mut long = receipt(0).body;
-        long.model = "m".repeat(KEPT_LINE_CAPACITY + 1);
-        // Outsized (its buffer is let go), then short, longer, short: no line keeps another's
-        // bytes.
-        let written = [
-            long.clone().seal("rcpt_0000".into()),
-            receipt(1),
-            {
-                let mut longer = receipt(2).body;
-                longer.model = "m".repeat(300);
-                longer.seal("rcpt_0002".into())
-            },
-            receipt(3),
-        ];
-        for r in &written {
-            journal.append(r).unwrap();
-        }
-        assert!(journal.state.lock().unwrap().line.capacity() <= KEPT_LINE_CAPACITY);
-        drop(journal);
-        let orphans = FileJournal::open(dir.path()).unwrap().orphans().unwrap();
-        assert_eq!(orphans.receipts, written);
-        assert!(orphans.receipts.iter().all(InjectionReceipt::verifies));
     }
 
     #[test]

@@ -302,9 +302,10 @@ impl App {
         })
     }
 
-    /// What memory needs from this turn. Takes the envelope, the request's last use: its texts
-    /// (tool results up to [`MAX_TOOL_RESULTS`](herma_core::wire::MAX_TOOL_RESULTS) ×
-    /// 16 KiB) move into the record instead of being copied.
+    /// What memory needs from this turn. The envelope is not used after it, so its texts (tool
+    /// results up to [`MAX_TOOL_RESULTS`](herma_core::wire::MAX_TOOL_RESULTS) ×
+    /// [`MAX_TOOL_RESULT_CHARS`](herma_core::wire::MAX_TOOL_RESULT_CHARS)) move into the record
+    /// instead of being copied.
     fn turn_record(
         &self,
         request: &ProxyRequest,
