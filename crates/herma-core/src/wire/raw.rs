@@ -1,33 +1,68 @@
 //! Lenient readers over raw JSON: proxied bodies are read through borrowed raw values, never
 //! refusing a shape Herma does not expect (what is not understood reads as absent).
 //!
-//! serde_json validates a body once, as its top-level members are read ([`Obj`]'s
-//! `Deserialize`); everything inside is then split by the walkers below, which only find where
-//! a value ends (strings, brackets) and trust the text to be JSON — which is why a [`Raw`] is
-//! only ever made from text serde_json has read. Reading a member's members or an array's
-//! elements with serde_json again validated the same bytes once more at every level.
+//! A body is checked once, as a whole, by [`Layout::of`] — which also notes where each of its
+//! objects and arrays closes — and read through the walkers below, which only find where a
+//! value ends (strings, brackets; a noted container in one step) and trust the text to be JSON.
+//! That is why a [`Raw`] is only ever made from text that was checked. A body the layout
+//! refuses is read by serde_json as before ([`Obj`]'s `Deserialize`), which then names what is
+//! wrong.
+
+mod layout;
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// A JSON value as written inside a body serde_json has validated: a member's or an element's
-/// text, without the whitespace around it. Made only from text serde_json has read (or split
-/// from another `Raw`), so the walkers here may skip through it without validating it again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Raw<'a>(&'a str);
+pub(crate) use layout::Layout;
+
+/// A JSON value as written inside a checked body: a member's or an element's text, without the
+/// whitespace around it, and the body's [`Layout`] when there is one. Made only from checked
+/// text (or split from another `Raw`), so the walkers here may skip through it without checking
+/// it again.
+#[derive(Clone, Copy)]
+pub(crate) struct Raw<'a> {
+    text: &'a str,
+    layout: Option<&'a Layout<'a>>,
+}
 
 impl<'a> Raw<'a> {
     /// The value's JSON text.
     pub(crate) fn get(self) -> &'a str {
-        self.0
+        self.text
+    }
+
+    /// The same layout, over `text` (a part of this value).
+    fn part(self, text: &'a str) -> Raw<'a> {
+        Raw {
+            text,
+            layout: self.layout,
+        }
+    }
+}
+
+/// Two raw values are equal when their texts are.
+impl PartialEq for Raw<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Raw<'_> {}
+
+impl std::fmt::Debug for Raw<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Raw").field(&self.text).finish()
     }
 }
 
 impl<'a> From<&'a RawValue> for Raw<'a> {
     fn from(raw: &'a RawValue) -> Self {
-        Raw(raw.get())
+        Raw {
+            text: raw.get(),
+            layout: None,
+        }
     }
 }
 
@@ -86,6 +121,25 @@ impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
 }
 
 impl<'a> Obj<'a> {
+    /// The members of a request body, checked whole by `layout` (made with [`Layout::of`] from
+    /// `body`); without one, or when the body is not an object Herma can read, serde_json reads
+    /// it and says what is wrong.
+    pub(crate) fn body(
+        body: &'a str,
+        layout: Option<&'a Layout<'a>>,
+    ) -> Result<Obj<'a>, serde_json::Error> {
+        if layout.is_some() {
+            let raw = Raw { text: body, layout };
+            let at = skip_space(body.as_bytes(), 0);
+            if body.as_bytes().get(at) == Some(&b'{')
+                && let Some((obj, _)) = object_at(raw, at)
+            {
+                return Ok(obj);
+            }
+        }
+        serde_json::from_str(body)
+    }
+
     /// The members of `text` if it is a JSON object; `None` if it is not JSON at all.
     pub(crate) fn parse(text: &'a str) -> Option<Obj<'a>> {
         serde_json::from_str(text).ok()
@@ -94,7 +148,9 @@ impl<'a> Obj<'a> {
     /// The members of `raw` if it is an object, else none.
     pub(crate) fn of(raw: Option<Raw<'a>>) -> Obj<'a> {
         match raw {
-            Some(Raw(text)) if text.starts_with('{') => split_object(text).unwrap_or_default(),
+            Some(raw) if raw.text.starts_with('{') => {
+                object_at(raw, 0).map(|(obj, _)| obj).unwrap_or_default()
+            }
             _ => Obj::default(),
         }
     }
@@ -106,6 +162,12 @@ impl<'a> Obj<'a> {
 
     pub(crate) fn str(&self, key: &str) -> Option<String> {
         raw_str(self.get(key))
+    }
+
+    /// A string member's text, borrowed from the body when it has no escapes: for names and
+    /// kinds that are only compared.
+    pub(crate) fn text(&self, key: &str) -> Option<Cow<'a, str>> {
+        raw_text(self.get(key))
     }
 
     /// The first of `names` given more than once: a body whose decided members are ambiguous
@@ -200,15 +262,21 @@ pub(crate) fn offset_in(body: &str, raw: Raw<'_>) -> usize {
 
 /// A string value's text (`None` for any other value).
 pub(crate) fn raw_str(raw: Option<Raw<'_>>) -> Option<String> {
+    raw_text(raw).map(Cow::into_owned)
+}
+
+/// A string value's text, borrowed unless it has escapes (`None` for any other value).
+pub(crate) fn raw_text<'a>(raw: Option<Raw<'a>>) -> Option<Cow<'a, str>> {
     let literal = raw?.get();
     let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
         // No escapes: the text is what is written.
-        return Some(inner.to_owned());
+        return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str(literal)
         .ok()
         .or_else(|| unescape_lossy(literal))
+        .map(Cow::Owned)
 }
 
 pub(crate) fn raw_bool(raw: Option<Raw<'_>>) -> Option<bool> {
@@ -223,7 +291,7 @@ pub(crate) fn raw_bool(raw: Option<Raw<'_>>) -> Option<bool> {
 /// empty when `raw` is not an array.
 pub(crate) fn raw_objects(raw: Option<Raw<'_>>) -> Vec<(Obj<'_>, Raw<'_>)> {
     match raw {
-        Some(Raw(text)) if text.starts_with('[') => split_objects(text).unwrap_or_default(),
+        Some(raw) if raw.text.starts_with('[') => split_objects(raw).unwrap_or_default(),
         _ => Vec::new(),
     }
 }
@@ -269,8 +337,8 @@ pub(crate) fn content_text(content: Option<Raw<'_>>, text_types: &[&str]) -> Opt
         .map(|(block, _)| block)
         .filter(|block| {
             block
-                .str("type")
-                .is_some_and(|kind| text_types.contains(&kind.as_str()))
+                .text("type")
+                .is_some_and(|kind| text_types.contains(&&*kind))
         })
         .filter_map(|block| block.str("text"))
         .collect();
@@ -317,11 +385,16 @@ fn string_end(text: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-/// Just past the value that starts at `at`.
-fn value_end(text: &[u8], at: usize) -> Option<usize> {
+/// Just past the value that starts at `at` in `raw`'s text: a container the layout noted in
+/// one step, anything else by walking it.
+fn value_end(raw: Raw<'_>, at: usize) -> Option<usize> {
+    let text = raw.text.as_bytes();
     match *text.get(at)? {
         b'"' => string_end(text, at),
         b'{' | b'[' => {
+            if let Some(close) = raw.layout.and_then(|layout| layout.close_of(raw.text, at)) {
+                return Some(close + 1);
+            }
             let mut depth = 0usize;
             let mut i = at;
             while let Some(&byte) = text.get(i) {
@@ -367,13 +440,10 @@ fn key_text(literal: &str) -> Option<Cow<'_, str>> {
     }
 }
 
-/// The members of a validated object's text.
-fn split_object(text: &str) -> Option<Obj<'_>> {
-    object_at(text, 0).map(|(obj, _)| obj)
-}
-
-/// The members of the validated object that opens at `at`, and the position just past it.
-fn object_at(text: &str, at: usize) -> Option<(Obj<'_>, usize)> {
+/// The members of the checked object that opens at `at` in `raw`'s text, and the position just
+/// past it.
+fn object_at(raw: Raw<'_>, at: usize) -> Option<(Obj<'_>, usize)> {
+    let text = raw.text;
     let bytes = text.as_bytes();
     let mut members = Vec::new();
     let mut at = skip_space(bytes, at + 1);
@@ -391,8 +461,8 @@ fn object_at(text: &str, at: usize) -> Option<(Obj<'_>, usize)> {
             return None;
         }
         at = skip_space(bytes, at + 1);
-        let end = value_end(bytes, at)?;
-        members.push((key, Raw(text.get(at..end)?)));
+        let end = value_end(raw, at)?;
+        members.push((key, raw.part(text.get(at..end)?)));
         at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
@@ -402,10 +472,11 @@ fn object_at(text: &str, at: usize) -> Option<(Obj<'_>, usize)> {
     }
 }
 
-/// The elements of a validated array's text, each read as an object (empty when it is not one
-/// or cannot be read) beside its text: one walk, where finding the elements and then reading
-/// each would walk every element twice.
-fn split_objects(text: &str) -> Option<Vec<(Obj<'_>, Raw<'_>)>> {
+/// The elements of a checked array, each read as an object (empty when it is not one or cannot
+/// be read) beside its text: one walk, where finding the elements and then reading each would
+/// walk every element twice.
+fn split_objects(raw: Raw<'_>) -> Option<Vec<(Obj<'_>, Raw<'_>)>> {
+    let text = raw.text;
     let bytes = text.as_bytes();
     let mut items = Vec::new();
     let mut at = skip_space(bytes, 1);
@@ -414,14 +485,14 @@ fn split_objects(text: &str) -> Option<Vec<(Obj<'_>, Raw<'_>)>> {
     }
     loop {
         let read = match bytes.get(at) {
-            Some(b'{') => object_at(text, at),
+            Some(b'{') => object_at(raw, at),
             _ => None,
         };
         let (obj, end) = match read {
             Some(read) => read,
-            None => (Obj::default(), value_end(bytes, at)?),
+            None => (Obj::default(), value_end(raw, at)?),
         };
-        items.push((obj, Raw(text.get(at..end)?)));
+        items.push((obj, raw.part(text.get(at..end)?)));
         at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
@@ -470,6 +541,7 @@ mod tests {
         }
     }
 
+    /// Walked with and without the text's layout, the text splits as serde_json reads it.
     fn assert_walked_as_serde_reads(text: &str) {
         let mut expected = Vec::new();
         by_serde(text, "", &mut expected);
@@ -477,6 +549,27 @@ mod tests {
         let mut walked = Vec::new();
         by_walkers(Raw::from(top), "", &mut walked);
         assert_eq!(walked, expected, "{text}");
+        let layout = Layout::of(text).expect("serde_json reads it");
+        let mut walked = Vec::new();
+        by_walkers(plain(top.get()).with(&layout), "", &mut walked);
+        assert_eq!(walked, expected, "{text}");
+        if text.trim_start().starts_with('{') {
+            let top = Obj::body(text, Some(&layout)).unwrap();
+            assert_eq!(top, serde_json::from_str(text).unwrap(), "{text}");
+        }
+    }
+
+    fn plain(text: &str) -> Raw<'_> {
+        Raw { text, layout: None }
+    }
+
+    impl<'a> Raw<'a> {
+        fn with(self, layout: &'a Layout<'a>) -> Raw<'a> {
+            Raw {
+                text: self.text,
+                layout: Some(layout),
+            }
+        }
     }
 
     #[test]
@@ -506,19 +599,53 @@ mod tests {
         // An ignored value is not checked for lone surrogates, so this passes the body's
         // validation; serde_json refuses the key when the object itself is read.
         let body = r#"{"inner":{"ok":1,"bad\ud800key":2}}"#;
-        let top: Obj<'_> = serde_json::from_str(body).unwrap();
-        let inner = top.get("inner").unwrap();
-        assert!(serde_json::from_str::<Obj<'_>>(inner.get()).is_err());
-        assert_eq!(Obj::of(Some(inner)), Obj::default());
+        let layout = Layout::of(body).unwrap();
+        for top in [
+            serde_json::from_str::<Obj<'_>>(body).unwrap(),
+            Obj::body(body, Some(&layout)).unwrap(),
+        ] {
+            let inner = top.get("inner").unwrap();
+            assert!(serde_json::from_str::<Obj<'_>>(inner.get()).is_err());
+            assert_eq!(Obj::of(Some(inner)), Obj::default());
+        }
         // In an array, the elements after it are read all the same.
         let body = r#"{"list":[{"bad\ud800key":2},{"ok":1}]}"#;
-        let top: Obj<'_> = serde_json::from_str(body).unwrap();
-        let list = top.objects("list");
-        assert_eq!(list.len(), 2);
-        assert_eq!(list[0].0, Obj::default());
-        assert_eq!(list[0].1.get(), r#"{"bad\ud800key":2}"#);
-        assert_eq!(raw_str(list[1].0.get("ok")), None);
-        assert_eq!(list[1].0.get("ok").map(Raw::get), Some("1"));
+        let layout = Layout::of(body).unwrap();
+        for top in [
+            serde_json::from_str::<Obj<'_>>(body).unwrap(),
+            Obj::body(body, Some(&layout)).unwrap(),
+        ] {
+            let list = top.objects("list");
+            assert_eq!(list.len(), 2);
+            assert_eq!(list[0].0, Obj::default());
+            assert_eq!(list[0].1.get(), r#"{"bad\ud800key":2}"#);
+            assert_eq!(raw_str(list[1].0.get("ok")), None);
+            assert_eq!(list[1].0.get("ok").map(Raw::get), Some("1"));
+        }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_body_the_layout_cannot_read_is_refused_by_serde_json_with_its_reason() {
+        for body in [
+            // Checked, but a top-level key serde_json will not decode.
+            r#"{"ok":1,"bad\ud800key":2}"#,
+            // Checked, but not an object.
+            "[1]",
+            // Not JSON at all.
+            r#"{"a":1,}"#,
+            "{\"a\":\"tab\there\"}",
+        ] {
+            let layout = Layout::of(body);
+            let read = Obj::body(body, layout.as_ref()).map(|_| ());
+            let serde = serde_json::from_str::<Obj<'_>>(body).map(|_| ());
+            assert_eq!(
+                read.map_err(|e| e.to_string()),
+                serde.map_err(|e| e.to_string()),
+                "{body}"
+            );
+            assert!(Obj::body(body, layout.as_ref()).is_err(), "{body}");
+        }
     }
 
     #[test]
@@ -534,9 +661,9 @@ mod tests {
             let expected = serde_json::from_str::<String>(literal)
                 .ok()
                 .or_else(|| unescape_lossy(literal));
-            assert_eq!(raw_str(Some(Raw(literal))), expected, "{literal}");
+            assert_eq!(raw_str(Some(plain(literal))), expected, "{literal}");
         }
-        assert_eq!(raw_str(Some(Raw("12"))), None);
+        assert_eq!(raw_str(Some(plain("12"))), None);
     }
 
     // Native only: proptest forks and times out with processes.
@@ -556,13 +683,13 @@ mod tests {
 
         #[test]
         fn the_walkers_never_panic_on_text_that_is_not_json(text in "[{\\[][ -~\\\\\"{}\\[\\]:,]{0,64}") {
-            let _ = Obj::of(Some(Raw(&text)));
-            let _ = raw_objects(Some(Raw(&text)));
+            let _ = Obj::of(Some(plain(&text)));
+            let _ = raw_objects(Some(plain(&text)));
         }
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    pub(super) fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         use serde_json::Value;
         let scalar = prop_oneof![

@@ -2,8 +2,10 @@
 //! `tool_calls` and `tool` results, `tools[].function.name`; and where a shim goes (a system
 //! message just before the latest user message).
 
+use std::borrow::Cow;
+
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
+    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
 };
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
@@ -35,11 +37,12 @@ pub(in crate::wire) fn tool_name(tool: &Obj<'_>) -> Option<String> {
 }
 
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
-    let top: Obj<'_> = serde_json::from_str(body)?;
-    let parsed: Vec<(String, Obj<'_>, Raw<'_>)> = top
+    let layout = Layout::of(body);
+    let top = Obj::body(body, layout.as_ref())?;
+    let parsed: Vec<(Cow<'_, str>, Obj<'_>, Raw<'_>)> = top
         .objects("messages")
         .into_iter()
-        .map(|(m, raw)| (m.str("role").unwrap_or_default(), m, raw))
+        .map(|(m, raw)| (m.text("role").unwrap_or_default(), m, raw))
         .collect();
 
     let mut system_parts = Vec::new();
@@ -60,7 +63,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let mut tool_results = Vec::new();
     let mut found_paths = Vec::new();
     for (i, (role, m, _)) in parsed.iter().enumerate() {
-        match role.as_str() {
+        match &**role {
             "system" | "developer" => system_parts.extend(text_of(m.get("content"))),
             "assistant" => {
                 for (call, _) in m.objects("tool_calls") {

@@ -2,8 +2,10 @@
 //! and `tool_result` blocks, `tools`, `metadata.user_id`; and where a shim goes (a text block
 //! at the end of `system`, after the harness's cache-marked blocks).
 
+use std::borrow::Cow;
+
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, Raw, array_close, bounded, content_text, object_open, offset_in,
+    DECIDED_MEMBERS, Layout, Obj, Raw, array_close, bounded, content_text, object_open, offset_in,
     push_unique, raw_bool, raw_objects, raw_str,
 };
 use crate::wire::{
@@ -94,11 +96,12 @@ fn session_from_user_id(user_id: &str) -> Option<String> {
 }
 
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
-    let top: Obj<'_> = serde_json::from_str(body)?;
-    let parsed: Vec<(String, Option<Raw<'_>>, Raw<'_>)> = top
+    let layout = Layout::of(body);
+    let top = Obj::body(body, layout.as_ref())?;
+    let parsed: Vec<(Cow<'_, str>, Option<Raw<'_>>, Raw<'_>)> = top
         .objects("messages")
         .into_iter()
-        .map(|(m, raw)| (m.str("role").unwrap_or_default(), m.get("content"), raw))
+        .map(|(m, raw)| (m.text("role").unwrap_or_default(), m.get("content"), raw))
         .collect();
 
     // The latest user turn: the last user message carrying text (not only tool results).
@@ -119,7 +122,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
     let mut found_paths = Vec::new();
     for (i, (_, content, _)) in parsed.iter().enumerate() {
         for (block, _) in raw_objects(*content) {
-            match block.str("type").as_deref() {
+            match block.text("type").as_deref() {
                 Some("tool_use") | Some("server_tool_use") => {
                     let name = block.str("name").unwrap_or_default();
                     if i >= window_start {

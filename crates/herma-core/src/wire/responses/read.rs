@@ -3,9 +3,11 @@
 //! `additional_tools`, …), `tools`, `prompt_cache_key`; and where a shim goes (a developer item
 //! just before the latest user item).
 
+use std::borrow::Cow;
+
 use crate::wire::chat::tool_name as chat_tool_name;
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
+    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
     raw_objects, raw_str,
 };
 use crate::wire::{
@@ -60,7 +62,8 @@ fn tool_name(tool: &Obj<'_>) -> String {
 }
 
 pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
-    let top: Obj<'_> = serde_json::from_str(body)?;
+    let layout = Layout::of(body);
+    let top = Obj::body(body, layout.as_ref())?;
     let mut tools_offered = Vec::new();
     for (tool, _) in top.objects("tools") {
         push_unique(&mut tools_offered, tool_name(&tool), MAX_TOOL_NAMES);
@@ -98,12 +101,12 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         envelope.conversation = first_message_conversation(Some(raw.get()));
         envelope.user_text = raw_str(Some(raw)).unwrap_or_default();
     } else {
-        let parsed: Vec<(String, String, Obj<'_>, Raw<'_>)> = raw_objects(input)
+        let parsed: Vec<(Cow<'_, str>, Cow<'_, str>, Obj<'_>, Raw<'_>)> = raw_objects(input)
             .into_iter()
             .map(|(item, raw)| {
                 (
-                    item.str("type").unwrap_or_else(|| "message".into()),
-                    item.str("role").unwrap_or_default(),
+                    item.text("type").unwrap_or(Cow::Borrowed("message")),
+                    item.text("role").unwrap_or_default(),
                     item,
                     raw,
                 )
@@ -124,7 +127,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         let mut system_parts: Vec<String> = envelope.system.take().into_iter().collect();
         for (i, (kind, role, item, _)) in parsed.iter().enumerate() {
             let in_window = i >= window_start;
-            match kind.as_str() {
+            match &**kind {
                 "message" if role == "system" || role == "developer" => {
                     system_parts.extend(text_of(item.get("content")))
                 }
@@ -180,7 +183,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         let mut in_output = false;
         for (kind, role, _, _) in &parsed {
             let output = matches!(
-                kind.as_str(),
+                &**kind,
                 "function_call"
                     | "custom_tool_call"
                     | "local_shell_call"
