@@ -113,5 +113,31 @@ fn extraction(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, extraction);
+/// Reading a streamed Chat answer's text back: 300 chunks, one word each, as OpenAI sends them.
+fn chat_answer_text(c: &mut Criterion) {
+    let mut body = String::new();
+    for i in 0..300 {
+        body.push_str(&format!(
+            "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{i} \"}},\"finish_reason\":null}}]}}\n\n"
+        ));
+    }
+    body.push_str("data: [DONE]\n\n");
+    let text = response_text(Protocol::ChatCompletions, true, body.as_bytes(), usize::MAX);
+    assert!(
+        text.starts_with("word0 word1 "),
+        "the fixture answer is read back"
+    );
+    c.bench_function("answer text, streamed Chat answer (300 chunks)", |b| {
+        b.iter(|| {
+            black_box(response_text(
+                Protocol::ChatCompletions,
+                true,
+                black_box(body.as_bytes()),
+                64 * 1024,
+            ))
+        })
+    });
+}
+
+criterion_group!(benches, extraction, chat_answer_text);
 criterion_main!(benches);

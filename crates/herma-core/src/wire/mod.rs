@@ -253,7 +253,7 @@ pub const MAX_CONVERSATION_ID: usize = 256;
 /// A harness's own session id from the body, bounded: an over-long one becomes a digest.
 pub(crate) fn native_conversation(id: String) -> Conversation {
     let id = if id.len() > MAX_CONVERSATION_ID {
-        format!("h:{}", &hex::encode(Sha256::digest(id.as_bytes()))[..32])
+        prefixed_digest("h:", id.as_bytes(), 16)
     } else {
         id
     };
@@ -263,11 +263,27 @@ pub(crate) fn native_conversation(id: String) -> Conversation {
     }
 }
 
+/// `prefix` and the first `bytes` bytes (at most 32) of the SHA-256 of `data`, in lowercase hex:
+/// encoded straight into the id, without the whole digest's hex first.
+fn prefixed_digest(prefix: &str, data: &[u8], bytes: usize) -> String {
+    let digest = Sha256::digest(data);
+    let mut hex = [0u8; 64];
+    let bytes = bytes.min(digest.len());
+    let mut id = String::with_capacity(prefix.len() + 2 * bytes);
+    id.push_str(prefix);
+    if let (Some(head), Some(out)) = (digest.get(..bytes), hex.get_mut(..2 * bytes))
+        && hex::encode_to_slice(head, out).is_ok()
+    {
+        id.push_str(std::str::from_utf8(out).unwrap_or_default());
+    }
+    id
+}
+
 /// `fm:` + 16 hex of SHA-256 over the first user message's raw JSON.
 pub(crate) fn first_message_conversation(raw: Option<&str>) -> Conversation {
     match raw {
         Some(raw) => Conversation {
-            id: format!("fm:{}", &hex::encode(Sha256::digest(raw.as_bytes()))[..16]),
+            id: prefixed_digest("fm:", raw.as_bytes(), 8),
             source: ConversationSource::FirstMessage,
         },
         None => Conversation {

@@ -673,3 +673,55 @@ fn direct_answers_carry_any_text_and_model_exactly() {
         }
     }
 }
+
+#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn conversation_digests_are_the_leading_hex_of_the_sha256() {
+    use sha2::{Digest, Sha256};
+    for data in [
+        "",
+        "a",
+        r#"{"role":"user","content":"hi"}"#,
+        &"x".repeat(300),
+    ] {
+        let hex = hex::encode(Sha256::digest(data.as_bytes()));
+        assert_eq!(
+            first_message_conversation(Some(data)).id,
+            format!("fm:{}", &hex[..16])
+        );
+        assert_eq!(
+            native_conversation(format!("{data}{}", "s".repeat(300))).id,
+            format!(
+                "h:{}",
+                &hex::encode(Sha256::digest(
+                    format!("{data}{}", "s".repeat(300)).as_bytes()
+                ))[..32]
+            )
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn a_chat_chunk_gives_its_first_choices_text_only_when_every_choice_reads() {
+    let text = |data: &str| {
+        answer::response_text(
+            Protocol::ChatCompletions,
+            true,
+            format!("data: {data}\n\n").as_bytes(),
+            100,
+        )
+    };
+    assert_eq!(
+        text(r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}"#),
+        "a"
+    );
+    assert_eq!(
+        text(r#"{"choices":[{"delta":{"content":"a"}},{"delta":7}]}"#),
+        ""
+    );
+    assert_eq!(text(r#"{"choices":[{"delta":{"content":"a"}},3]}"#), "");
+    assert_eq!(text(r#"{"choices":[]}"#), "");
+    assert_eq!(text(r#"{"choices":null}"#), "");
+    assert_eq!(text(r#"{"id":"x"}"#), "");
+}
