@@ -122,13 +122,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
 
 impl<'a> Obj<'a> {
     /// The members of a request body, checked whole by `layout` (made with [`Layout::of`] from
-    /// `body`); without one, or when the body is not an object Herma can read, serde_json reads
-    /// it and says what is wrong.
+    /// `body`); without one (or with one of another text), or when the body is not an object
+    /// Herma can read, serde_json reads it and says what is wrong.
     pub(crate) fn body(
         body: &'a str,
         layout: Option<&'a Layout<'a>>,
     ) -> Result<Obj<'a>, serde_json::Error> {
-        if layout.is_some() {
+        if layout.is_some_and(|layout| layout.is_of(body)) {
             let raw = Raw { text: body, layout };
             let at = skip_space(body.as_bytes(), 0);
             if body.as_bytes().get(at) == Some(&b'{')
@@ -622,6 +622,21 @@ mod tests {
             assert_eq!(raw_str(list[1].0.get("ok")), None);
             assert_eq!(list[1].0.get("ok").map(Raw::get), Some("1"));
         }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_layout_of_another_text_is_not_trusted() {
+        let checked = r#"{"a":[1,2],"b":{}}"#;
+        let layout = Layout::of(checked).unwrap();
+        // Equal text elsewhere, and text that is not JSON: both read by serde_json.
+        let copy = String::from(checked);
+        assert_eq!(
+            Obj::body(&copy, Some(&layout)).unwrap(),
+            serde_json::from_str::<Obj<'_>>(&copy).unwrap()
+        );
+        let broken = r#"{"a":[1,2],"b":{}"#;
+        assert!(Obj::body(broken, Some(&layout)).is_err());
     }
 
     #[test]

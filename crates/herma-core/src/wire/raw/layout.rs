@@ -20,8 +20,9 @@ pub(crate) struct Layout<'a> {
 }
 
 /// At most one container noted per this many bytes of body (or [`ALWAYS_NOTED`]): a large body
-/// of nothing but brackets costs its noted positions at most half its own size (the rest are
-/// walked as before).
+/// of nothing but brackets costs its noted positions about half its own size, and the pass's
+/// stacks about three quarters more (serde_json's own skipping holds one byte per open level,
+/// up to half); containers past the budget are walked as before.
 const BYTES_PER_NOTE: usize = 16;
 /// Containers any body may have noted.
 const ALWAYS_NOTED: usize = 64;
@@ -41,7 +42,7 @@ impl<'a> Layout<'a> {
         // Whether each open container is an object, innermost last; and which of `opens` the
         // noted ones among them are (always the outermost: noting stops for good at `budget`).
         let mut objects: Vec<bool> = Vec::new();
-        let mut noted: Vec<usize> = Vec::new();
+        let mut noted: Vec<u32> = Vec::new();
         let mut at = space(bytes, 0);
         'value: loop {
             // `at` is where a value starts.
@@ -50,7 +51,7 @@ impl<'a> Layout<'a> {
                     let object = open == b'{';
                     objects.push(object);
                     if layout.opens.len() < budget {
-                        noted.push(layout.opens.len());
+                        noted.push(layout.opens.len() as u32);
                         layout.opens.push(at as u32);
                         layout.closes.push(0);
                     }
@@ -96,14 +97,19 @@ impl<'a> Layout<'a> {
     }
 
     /// The innermost open container closes at `at`.
-    fn close(&mut self, objects: &mut Vec<bool>, noted: &mut Vec<usize>, at: usize) {
+    fn close(&mut self, objects: &mut Vec<bool>, noted: &mut Vec<u32>, at: usize) {
         if noted.len() == objects.len()
             && let Some(index) = noted.pop()
-            && let Some(close) = self.closes.get_mut(index)
+            && let Some(close) = self.closes.get_mut(index as usize)
         {
             *close = at as u32;
         }
         objects.pop();
+    }
+
+    /// Whether this is the layout of `text` (the same text, not an equal one).
+    pub(crate) fn is_of(&self, text: &str) -> bool {
+        std::ptr::eq(self.text, text)
     }
 
     /// Where the container that opens at `at` in `part` (a slice of the text this layout is of)
