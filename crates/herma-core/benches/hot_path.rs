@@ -105,8 +105,52 @@ fn claude_code_full_size() -> String {
     body.to_string()
 }
 
+/// The Claude Code fixture in the middle of an agent's turn: the model's last call edited a
+/// file (≈ 12 KB of Rust on each side of the edit, as an `Edit` input carries it) and the
+/// result came back, so the edit is in the window whose tool inputs are read for paths.
+fn claude_code_mid_edit() -> String {
+    let mut body: serde_json::Value = serde_json::from_str(CLAUDE_CODE).expect("fixture");
+    let code: String = (0..300)
+        .map(|i| format!("    let value_{i} = compute(\"item {i}\", &mut state);\n"))
+        .collect();
+    let messages = body["messages"].as_array_mut().expect("messages");
+    messages.push(serde_json::json!({"role": "assistant", "content": [
+        {"type": "text", "text": "I'll update the loop."},
+        {"type": "tool_use", "id": "toolu_edit", "name": "Edit", "input": {
+            "file_path": "/repo/src/engine.rs", "old_string": code, "new_string": code.replace("state", "ctx")
+        }}
+    ]}));
+    messages.push(serde_json::json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_edit", "content": "The file /repo/src/engine.rs has been updated."}
+    ]}));
+    body.to_string()
+}
+
 fn bench_envelopes(c: &mut Criterion) {
     let mut group = c.benchmark_group("envelope");
+    let mid_edit = claude_code_mid_edit();
+    let envelope = Envelope::from_request(
+        Protocol::Messages,
+        mid_edit.as_bytes(),
+        &HeaderFacts::default(),
+    )
+    .expect("fixture");
+    assert!(envelope.paths.iter().any(|p| p == "/repo/src/engine.rs"));
+    group.bench_function(
+        format!(
+            "claude code messages mid-edit, {} KB",
+            mid_edit.len() / 1024
+        ),
+        |b| {
+            b.iter(|| {
+                black_box(Envelope::from_request(
+                    Protocol::Messages,
+                    black_box(mid_edit.as_bytes()),
+                    &HeaderFacts::default(),
+                ))
+            })
+        },
+    );
     let full = claude_code_full_size();
     group.bench_function(
         format!("claude code messages, {} KB", full.len() / 1024),
