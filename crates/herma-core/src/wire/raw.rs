@@ -551,7 +551,11 @@ mod tests {
         assert_eq!(walked, expected, "{text}");
         let layout = Layout::of(text).expect("serde_json reads it");
         let mut walked = Vec::new();
-        by_walkers(plain(top.get()).with(&layout), "", &mut walked);
+        let with_layout = Raw {
+            text: top.get(),
+            layout: Some(&layout),
+        };
+        by_walkers(with_layout, "", &mut walked);
         assert_eq!(walked, expected, "{text}");
         if text.trim_start().starts_with('{') {
             let top = Obj::body(text, Some(&layout)).unwrap();
@@ -561,15 +565,6 @@ mod tests {
 
     fn plain(text: &str) -> Raw<'_> {
         Raw { text, layout: None }
-    }
-
-    impl<'a> Raw<'a> {
-        fn with(self, layout: &'a Layout<'a>) -> Raw<'a> {
-            Raw {
-                text: self.text,
-                layout: Some(layout),
-            }
-        }
     }
 
     #[test]

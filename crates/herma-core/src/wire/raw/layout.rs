@@ -9,6 +9,8 @@
 //! refuses is read by serde_json as before (which then names what is wrong), so the pass only
 //! ever has to agree with serde_json on what it accepts.
 
+use super::skip_space;
+
 /// Where each object and array of a checked JSON text closes, by where it opens.
 #[derive(Debug)]
 pub(crate) struct Layout<'a> {
@@ -43,7 +45,7 @@ impl<'a> Layout<'a> {
         // noted ones among them are (always the outermost: noting stops for good at `budget`).
         let mut objects: Vec<bool> = Vec::new();
         let mut noted: Vec<u32> = Vec::new();
-        let mut at = space(bytes, 0);
+        let mut at = skip_space(bytes, 0);
         'value: loop {
             // `at` is where a value starts.
             let mut end = match *bytes.get(at)? {
@@ -55,7 +57,7 @@ impl<'a> Layout<'a> {
                         layout.opens.push(at as u32);
                         layout.closes.push(0);
                     }
-                    at = space(bytes, at + 1);
+                    at = skip_space(bytes, at + 1);
                     let close = if object { b'}' } else { b']' };
                     if bytes.get(at) != Some(&close) {
                         at = if object { key(bytes, at)? } else { at };
@@ -73,17 +75,17 @@ impl<'a> Layout<'a> {
             };
             // After a value: a separator, or the close of what holds it.
             loop {
-                end = space(bytes, end);
+                end = skip_space(bytes, end);
                 let Some(&object) = objects.last() else {
                     return (end == bytes.len()).then_some(layout);
                 };
                 match (*bytes.get(end)?, object) {
                     (b',', true) => {
-                        at = key(bytes, space(bytes, end + 1))?;
+                        at = key(bytes, skip_space(bytes, end + 1))?;
                         continue 'value;
                     }
                     (b',', false) => {
-                        at = space(bytes, end + 1);
+                        at = skip_space(bytes, end + 1);
                         continue 'value;
                     }
                     (b'}', true) | (b']', false) => {
@@ -125,21 +127,13 @@ impl<'a> Layout<'a> {
     }
 }
 
-/// The first position at or after `at` that is not JSON whitespace.
-fn space(bytes: &[u8], mut at: usize) -> usize {
-    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        at += 1;
-    }
-    at
-}
-
 /// An object key at `at` and its colon: where the member's value starts.
 fn key(bytes: &[u8], at: usize) -> Option<usize> {
     if bytes.get(at) != Some(&b'"') {
         return None;
     }
-    let at = space(bytes, string_end(bytes, at)?);
-    (bytes.get(at) == Some(&b':')).then(|| space(bytes, at + 1))
+    let at = skip_space(bytes, string_end(bytes, at)?);
+    (bytes.get(at) == Some(&b':')).then(|| skip_space(bytes, at + 1))
 }
 
 fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
