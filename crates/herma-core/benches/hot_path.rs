@@ -314,29 +314,57 @@ fn streamed_answer(protocol: Protocol) -> String {
         .collect()
 }
 
-/// The proxy's usage observer over a streamed answer, fed in network-sized chunks.
-fn bench_usage(c: &mut Criterion) {
-    let mut group = c.benchmark_group("usage observer, 22 events");
-    for (name, protocol) in [
-        ("messages", Protocol::Messages),
-        ("chat", Protocol::ChatCompletions),
-        ("responses", Protocol::Responses),
-    ] {
-        let body = streamed_answer(protocol);
-        let mut observer = UsageObserver::new(protocol, true);
-        observer.feed(body.as_bytes());
-        assert!(observer.finish().is_some(), "{name}: usage is read");
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                let mut observer = UsageObserver::new(protocol, true);
-                for chunk in black_box(body.as_bytes()).chunks(1400) {
-                    observer.feed(chunk);
-                }
-                black_box(observer.finish())
-            })
-        });
+/// A whole JSON answer as an upstream sends it: a paragraph of text, then the usage.
+fn json_answer(protocol: Protocol) -> String {
+    let text = "The deploy checklist says to run the migrations before the canary, watch the \
+                error rate for ten minutes and roll back on any page. Here is the order I would \
+                follow for this service, with the commands for each step.";
+    match protocol {
+        Protocol::Messages => format!(
+            r#"{{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"{text}"}}],"stop_reason":"end_turn","stop_sequence":null,"usage":{{"input_tokens":4123,"cache_creation_input_tokens":0,"cache_read_input_tokens":3900,"output_tokens":48}}}}"#
+        ),
+        Protocol::ChatCompletions => format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"{text}"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":4123,"completion_tokens":48,"total_tokens":4171,"prompt_tokens_details":{{"cached_tokens":3900}}}}}}"#
+        ),
+        Protocol::Responses => format!(
+            r#"{{"id":"resp_1","object":"response","status":"completed","output":[{{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":"{text}","annotations":[]}}]}}],"usage":{{"input_tokens":4123,"input_tokens_details":{{"cached_tokens":3900}},"output_tokens":48,"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":4171}}}}"#
+        ),
     }
-    group.finish();
+}
+
+/// The proxy's usage observer over a streamed answer, fed in network-sized chunks, and over a
+/// whole JSON answer (kept, then read for its usage at the end).
+fn bench_usage(c: &mut Criterion) {
+    for (group, streaming) in [
+        ("usage observer, 22 events", true),
+        ("usage observer, JSON answer", false),
+    ] {
+        let mut group = c.benchmark_group(group);
+        for (name, protocol) in [
+            ("messages", Protocol::Messages),
+            ("chat", Protocol::ChatCompletions),
+            ("responses", Protocol::Responses),
+        ] {
+            let body = if streaming {
+                streamed_answer(protocol)
+            } else {
+                json_answer(protocol)
+            };
+            let mut observer = UsageObserver::new(protocol, streaming);
+            observer.feed(body.as_bytes());
+            assert!(observer.finish().is_some(), "{name}: usage is read");
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    let mut observer = UsageObserver::new(protocol, streaming);
+                    for chunk in black_box(body.as_bytes()).chunks(1400) {
+                        observer.feed(chunk);
+                    }
+                    black_box(observer.finish())
+                })
+            });
+        }
+        group.finish();
+    }
 }
 
 /// A forwarded request's receipt, one rule matched and one entry shimmed, as the proxy seals it
