@@ -111,6 +111,30 @@ fn extraction(c: &mut Criterion) {
         json_answer.as_bytes(),
         false,
     );
+    // A turn that names nothing worth remembering: a one-line prompt and answer (the load
+    // harness's forwarded request, whose system prompt extraction does not read).
+    let short_request = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are a careful coding assistant. ".repeat(40)},
+            {"role": "user", "content": "please deploy the billing service"}
+        ]
+    })
+    .to_string();
+    let short_answer = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the mock upstream."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    })
+    .to_string();
+    turn(
+        c,
+        "short chat turn, nothing to remember",
+        Protocol::ChatCompletions,
+        &short_request,
+        short_answer.as_bytes(),
+        false,
+    );
 }
 
 /// Reading a streamed Chat answer's text back: 300 chunks, one word each, as OpenAI sends them.

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
-use regex::Regex;
+use regex::{Regex, RegexSet, SetMatches};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
@@ -61,41 +61,83 @@ fn each_match<'t>(pattern: &Option<Regex>, text: &'t str, mut each: impl FnMut(&
     }
 }
 
-/// `tessera://…` URIs.
-static TESSERA_URI: LazyLock<Option<Regex>> =
-    LazyLock::new(|| re(r"tessera://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+"));
-/// Statute card ids: `statute://…` URIs and `sc-` ids such as `sc-us-17-107`.
-static STATUTE_CARD: LazyLock<Option<Regex>> =
-    LazyLock::new(|| re(r"\b(?:statute://[A-Za-z0-9._/-]+|sc-[a-z0-9]+(?:-[a-z0-9]+)+)\b"));
-/// Code symbols: `` `quoted` `` identifiers, `Type::member` paths, `name()` calls, CamelCase types.
-static BACKTICKED: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    re(r"`([A-Za-z_][A-Za-z0-9_]*(?:(?:::|\.)[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
-});
-static PATH_SYMBOL: LazyLock<Option<Regex>> =
-    LazyLock::new(|| re(r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b"));
-static CALL: LazyLock<Option<Regex>> =
-    LazyLock::new(|| re(r"\b([a-z_][a-z0-9_]{2,}(?:\.[a-z_][a-z0-9_]*)*)\(\)"));
-static CAMEL: LazyLock<Option<Regex>> =
-    LazyLock::new(|| re(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"));
+/// The patterns extraction uses, by index; the error signatures' last (`ERROR_KINDS` names
+/// them).
+const PATTERNS: [&str; 13] = [
+    // `tessera://…` URIs.
+    r"tessera://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+",
+    // Statute card ids: `statute://…` URIs and `sc-` ids such as `sc-us-17-107`.
+    r"\b(?:statute://[A-Za-z0-9._/-]+|sc-[a-z0-9]+(?:-[a-z0-9]+)+)\b",
+    // Code symbols: `` `quoted` `` identifiers, `Type::member` paths, `name()` calls, CamelCase
+    // types.
+    r"`([A-Za-z_][A-Za-z0-9_]*(?:(?:::|\.)[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`",
+    r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b",
+    r"\b([a-z_][a-z0-9_]{2,}(?:\.[a-z_][a-z0-9_]*)*)\(\)",
+    r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b",
+    // Error signatures: group 1 is the code.
+    r"error\[(E\d{4})\]",
+    r"\b(TS\d{4})\b",
+    r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception))\b:",
+    r"\b(E(?:NOENT|ACCES|CONNREFUSED|ADDRINUSE|TIMEDOUT|PERM|EXIST))\b",
+    r"\b(panicked) at\b",
+    r"(?i)\b(segmentation fault)\b",
+    r"\btest result: (FAILED)\b",
+];
 
-/// Error signatures, each with how it is named: a stable kind prefix and the code.
-static ERRORS: LazyLock<Vec<(Option<Regex>, &'static str)>> = LazyLock::new(|| {
-    vec![
-        (re(r"error\[(E\d{4})\]"), "rust"),
-        (re(r"\b(TS\d{4})\b"), "ts"),
-        (
-            re(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception))\b:"),
-            "exception",
-        ),
-        (
-            re(r"\b(E(?:NOENT|ACCES|CONNREFUSED|ADDRINUSE|TIMEDOUT|PERM|EXIST))\b"),
-            "errno",
-        ),
-        (re(r"\b(panicked) at\b"), "rust"),
-        (re(r"(?i)\b(segmentation fault)\b"), "signal"),
-        (re(r"\btest result: (FAILED)\b"), "tests"),
-    ]
-});
+const TESSERA_URI: usize = 0;
+const STATUTE_CARD: usize = 1;
+/// The code-symbol patterns, in the order their matches are taken.
+const SYMBOLS: std::ops::Range<usize> = 2..6;
+/// The error-signature patterns, each with how its signatures are named: a stable kind prefix
+/// and the code.
+const ERRORS: usize = 6;
+const ERROR_KINDS: [&str; 7] = [
+    "rust",
+    "ts",
+    "exception",
+    "errno",
+    "rust",
+    "signal",
+    "tests",
+];
+
+/// Each pattern compiled on its own (the tests prove each compiles; `None` would only skip it).
+static REGEXES: LazyLock<Vec<Option<Regex>>> =
+    LazyLock::new(|| PATTERNS.iter().map(|p| re(p)).collect());
+
+/// All the patterns in one set: one pass over a short text tells which of them match in it at
+/// all, and only those search it for their matches. A search has a fixed cost (about 800
+/// instructions on a text of a few words), so a one-line prompt and answer took 18 searches that
+/// all found nothing; the set's pass costs more per byte than the searches (which skip ahead to
+/// their literals), so longer texts go without it (docs/performance.md, issue 18's fifteenth
+/// round).
+static SET: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(PATTERNS).ok());
+
+/// The longest text the set is run over first.
+const SET_UP_TO: usize = 128;
+
+/// Which patterns may match in a text: those the set found in a short one, else all.
+struct Found(Option<SetMatches>);
+
+impl Found {
+    fn in_text(text: &str) -> Self {
+        if text.len() > SET_UP_TO {
+            return Self(None);
+        }
+        Self(SET.as_ref().map(|set| set.matches(text)))
+    }
+
+    fn may_match(&self, index: usize) -> bool {
+        self.0.as_ref().is_none_or(|found| found.matched(index))
+    }
+
+    /// Calls `each` with every match of pattern `index` in `text`, the text this was found in.
+    fn each<'t>(&self, index: usize, text: &'t str, each: impl FnMut(&'t str)) {
+        if self.may_match(index) {
+            each_match(&REGEXES[index], text, each);
+        }
+    }
+}
 
 fn bounded(value: &str) -> Option<String> {
     let value = value
@@ -106,14 +148,20 @@ fn bounded(value: &str) -> Option<String> {
 /// Error signatures in `texts`, deduplicated in order of first appearance, e.g. `rust:E0308`,
 /// `exception:KeyError`, `errno:ENOENT`.
 pub fn error_signatures<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let texts: Vec<(&str, Found)> = texts.into_iter().map(|t| (t, Found::in_text(t))).collect();
+    signatures(texts.iter().map(|(text, found)| (*text, found)))
+}
+
+/// [`error_signatures`] of texts whose patterns were found already.
+fn signatures<'a, 'f>(texts: impl IntoIterator<Item = (&'a str, &'f Found)>) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    for text in texts {
-        for (pattern, kind) in ERRORS.iter() {
+    for (text, found) in texts {
+        for (index, kind) in (ERRORS..).zip(ERROR_KINDS) {
             // Every pattern's group 1 is its code.
-            each_match(pattern, text, |code| {
+            found.each(index, text, |code| {
                 // Codes keep their spelling (`E0308`, `KeyError`); phrases are normalized.
-                let code = match *kind {
+                let code = match kind {
                     "signal" | "tests" => code.to_ascii_lowercase().replace(' ', "-"),
                     _ => code.to_owned(),
                 };
@@ -155,22 +203,25 @@ pub fn observations(
         .chain(tool_results.iter().map(String::as_str))
         .chain(std::iter::once(response_text))
         .collect();
-    for text in &texts {
-        for (pattern, kind) in [
-            (&*TESSERA_URI, EntityKind::TesseraUri),
-            (&*STATUTE_CARD, EntityKind::StatuteCardId),
+    let found: Vec<Found> = texts.iter().map(|text| Found::in_text(text)).collect();
+    for (text, found) in texts.iter().zip(&found) {
+        for (index, kind) in [
+            (TESSERA_URI, EntityKind::TesseraUri),
+            (STATUTE_CARD, EntityKind::StatuteCardId),
         ] {
-            each_match(pattern, text, |m| push(kind, m));
+            found.each(index, text, |m| push(kind, m));
         }
     }
     // Symbols from what people and the model wrote, not from raw tool output (too noisy).
     // Group 1 when the pattern has one (the name inside backticks or before `()`), else all.
-    for text in [user_text, response_text] {
-        for pattern in [&*BACKTICKED, &*PATH_SYMBOL, &*CALL, &*CAMEL] {
-            each_match(pattern, text, |symbol| push(EntityKind::CodeSymbol, symbol));
+    // The prompt is the first text, the answer the last.
+    let (prompt, answer) = (&found[0], &found[found.len() - 1]);
+    for (text, found) in [(user_text, prompt), (response_text, answer)] {
+        for index in SYMBOLS {
+            found.each(index, text, |symbol| push(EntityKind::CodeSymbol, symbol));
         }
     }
-    for signature in error_signatures(texts.iter().copied()) {
+    for signature in signatures(texts.iter().copied().zip(&found)) {
         push(EntityKind::ErrorSignature, &signature);
     }
     out
@@ -368,16 +419,7 @@ mod tests {
 
     /// Every pattern extraction uses, the error signatures' last.
     fn every_pattern() -> impl Iterator<Item = &'static Option<Regex>> {
-        [
-            &*TESSERA_URI,
-            &*STATUTE_CARD,
-            &*BACKTICKED,
-            &*PATH_SYMBOL,
-            &*CALL,
-            &*CAMEL,
-        ]
-        .into_iter()
-        .chain(ERRORS.iter().map(|(p, _)| p))
+        REGEXES.iter()
     }
 
     #[test]
@@ -385,6 +427,56 @@ mod tests {
     fn every_pattern_compiles() {
         assert_eq!(every_pattern().count(), 13);
         assert!(every_pattern().all(Option::is_some));
+        assert_eq!(SET.as_ref().map(RegexSet::len), Some(PATTERNS.len()));
+    }
+
+    /// The set finds exactly the patterns that match on their own, and no pattern that matches is
+    /// skipped, so skipping the rest changes nothing.
+    fn set_agrees_with_each_pattern(text: &str) {
+        let set = SET.as_ref().expect("the set compiles").matches(text);
+        let found = Found::in_text(text);
+        for (index, regex) in every_pattern().enumerate() {
+            let matches = regex.as_ref().expect("compiles").is_match(text);
+            assert_eq!(set.matched(index), matches, "pattern {index} in {text:?}");
+            assert!(
+                found.may_match(index) || !matches,
+                "pattern {index} skipped in {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn the_set_finds_what_each_pattern_finds() {
+        for text in [
+            "",
+            "please deploy the billing service",
+            "See `Parser::parse()` and run_all(); HttpClient and ünïcödé `Ça` done() x",
+            "tessera://nouns/a statute://us/17/107 sc-us-17-107 error[E0308] TS2345",
+            "KeyError: 'k'; ENOENT; thread panicked at x; SEGMENTATION FAULT; test result: FAILED",
+            "éKeyError: é_x() ÉtéCase sc-é-1 tessera://é",
+            // Longer than the set is run over: every pattern searches it.
+            &"a `Parser::parse` and run_all() in RuleSet; ".repeat(4),
+        ] {
+            set_agrees_with_each_pattern(text);
+        }
+    }
+
+    // Native only: proptest forks and times out with processes.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #[test]
+        fn the_set_finds_what_each_pattern_finds_in_any_text(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "tessera://", "statute://", "sc-", "us", "-17", "`", "::", "()", ".", "_x",
+                "Http", "Client", "Camel", "error[", "E0308", "]", "TS", "2345", "Key", "Error",
+                "Exception", ":", "ENOENT", "EPERM", "panicked", " at", "segmentation fault",
+                "Segmentation Fault", "test result: ", "FAILED", " ", "\n", "é", "Ça", "ü", "a",
+                "Z", "9", "'", "/", "ß",
+            ]), 0..24),
+        ) {
+            set_agrees_with_each_pattern(&parts.concat());
+        }
     }
 
     #[test]
