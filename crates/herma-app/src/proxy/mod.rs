@@ -26,7 +26,7 @@ use herma_core::upstream::{
 };
 use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
-use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol};
+use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol, SESSION_HEADERS};
 use herma_core::{CallerScope, Problem, ProblemCode};
 use herma_providers::{
     BodyStream, HeaderMap, HeaderName, HeaderValue, UpstreamError, UpstreamRequest,
@@ -100,13 +100,18 @@ impl From<Problem> for ProxyFailure {
 
 impl ProxyRequest {
     fn header_facts(&self) -> HeaderFacts {
-        HeaderFacts::from_headers(self.text_headers())
+        // The two kinds of header are read apart, each in the order sent.
+        let conversation = self.text_headers(&[herma_core::wire::CONVERSATION_HEADER]);
+        HeaderFacts::from_headers(conversation.chain(self.text_headers(&SESSION_HEADERS)))
     }
 
-    /// Every header whose value is UTF-8, as text.
-    fn text_headers(&self) -> impl Iterator<Item = (&str, &str)> {
+    /// The headers named in `names` whose values are UTF-8, as text, in the order sent. The
+    /// name is looked at first: most headers are none of them, and checking a value's UTF-8 is
+    /// a pass over its bytes.
+    fn text_headers<'a>(&'a self, names: &'a [&str]) -> impl Iterator<Item = (&'a str, &'a str)> {
         self.headers
             .iter()
+            .filter(|(n, _)| names.contains(&n.as_str()))
             .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v.as_bytes()).ok()?)))
     }
 
@@ -392,13 +397,15 @@ impl App {
         request: &ProxyRequest,
         protocol: Protocol,
     ) -> Result<UpstreamTarget, Problem> {
-        let headers = || request.text_headers();
+        let one = |names: &'static [&'static str]| {
+            upstream::one_header_value(request.text_headers(names), names)
+        };
         let ask = UpstreamAsk {
             protocol,
             path: &request.path,
             query: request.query.as_deref(),
-            base_header: upstream::one_header_value(headers(), &upstream::BASE_URL_HEADERS)?,
-            key_header: upstream::one_header_value(headers(), &[upstream::API_KEY_HEADER])?,
+            base_header: one(&upstream::BASE_URL_HEADERS)?,
+            key_header: one(&[upstream::API_KEY_HEADER])?,
         };
         upstream::resolve(&self.settings.upstream, &ask)
     }
