@@ -100,14 +100,14 @@ impl From<Problem> for ProxyFailure {
 
 impl ProxyRequest {
     fn header_facts(&self) -> HeaderFacts {
-        // The two kinds of header are read apart, each in the order sent.
+        // The two kinds of header are read apart; the reader treats them apart anyway.
         let conversation = self.text_headers(&[herma_core::wire::CONVERSATION_HEADER]);
         HeaderFacts::from_headers(conversation.chain(self.text_headers(&SESSION_HEADERS)))
     }
 
-    /// The headers named in `names` whose values are UTF-8, as text, in the order sent. The
-    /// name is looked at first: most headers are none of them, and checking a value's UTF-8 is
-    /// a pass over its bytes.
+    /// The headers named in `names` whose values are UTF-8, as text, in the header map's order
+    /// (a name's values as sent). The name is looked at first: most headers are none of them,
+    /// and checking a value's UTF-8 is a pass over its bytes.
     fn text_headers<'a>(&'a self, names: &'a [&str]) -> impl Iterator<Item = (&'a str, &'a str)> {
         self.headers
             .iter()
