@@ -1,6 +1,8 @@
 //! [`HttpUpstream`]: the [`Upstream`] port over reqwest, and what every reqwest client of this
 //! crate is built from.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +16,42 @@ pub struct HttpUpstream {
     client: reqwest::Client,
     headers_timeout: Duration,
     idle_timeout: Duration,
+    urls: Arc<ParsedUrls>,
+}
+
+/// Upstream URLs as parsed, by their text. Requests name a few URLs over and over (a base URL,
+/// the operator's or a caller's, with one path per protocol), and parsing one (scheme, host
+/// and its IDNA mapping, path) cost about 6,500 instructions a request: 7% of a forwarded
+/// request's in the pass-through (docs/performance.md). Only URLs that parse are kept, and
+/// the map is emptied when it is full, so a caller sending ever new URLs bounds it.
+#[derive(Default)]
+struct ParsedUrls(Mutex<HashMap<Box<str>, reqwest::Url>>);
+
+/// URLs kept at most, and the longest kept.
+const MAX_PARSED_URLS: usize = 256;
+const MAX_PARSED_URL_LEN: usize = 2048;
+
+impl ParsedUrls {
+    /// `url` parsed, from the map when it was parsed before; `None` when it does not parse
+    /// (reqwest then parses the text itself, and its error says why) or the map's lock was
+    /// poisoned (the same: reqwest parses).
+    fn get(&self, url: &str) -> Option<reqwest::Url> {
+        if url.len() > MAX_PARSED_URL_LEN {
+            return reqwest::Url::parse(url).ok();
+        }
+        if let Some(parsed) = self.0.lock().ok()?.get(url) {
+            return Some(parsed.clone());
+        }
+        // Parsed without holding the lock: other requests' lookups do not wait for it.
+        let parsed = reqwest::Url::parse(url).ok()?;
+        if let Ok(mut urls) = self.0.lock() {
+            if urls.len() >= MAX_PARSED_URLS {
+                urls.clear();
+            }
+            urls.insert(url.into(), parsed.clone());
+        }
+        Some(parsed)
+    }
 }
 
 impl HttpUpstream {
@@ -50,6 +88,7 @@ impl HttpUpstream {
             client,
             headers_timeout,
             idle_timeout,
+            urls: Arc::default(),
         })
     }
 }
@@ -69,10 +108,11 @@ impl Upstream for HttpUpstream {
     async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| UpstreamError::Request(e.to_string()))?;
-        let mut builder = self
-            .client
-            .request(method, &request.url)
-            .headers(request.headers);
+        let builder = match self.urls.get(&request.url) {
+            Some(url) => self.client.request(method, url),
+            None => self.client.request(method, &request.url),
+        };
+        let mut builder = builder.headers(request.headers);
         if !request.body.is_empty() {
             builder = builder.body(request.body);
         }
@@ -206,8 +246,60 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio::time::{Instant, sleep};
 
-    use super::IdleTimeout;
+    use super::{IdleTimeout, MAX_PARSED_URL_LEN, MAX_PARSED_URLS, ParsedUrls};
     use crate::UpstreamError;
+
+    fn kept(urls: &ParsedUrls) -> usize {
+        urls.0.lock().unwrap().len()
+    }
+
+    /// A URL parsed before comes back as reqwest would have parsed its text, each URL its own;
+    /// one that does not parse is not kept (reqwest parses it and says why); the map never
+    /// holds more than its bound, nor a URL longer than the longest kept.
+    #[test]
+    fn parsed_urls_are_what_parsing_gives_and_stay_bounded() {
+        let urls = ParsedUrls::default();
+        for text in [
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "https://API.Example.com/v1/messages?beta=true",
+            "https://bücher.example/v1/responses",
+        ] {
+            let expected = reqwest::Url::parse(text).unwrap();
+            assert_eq!(urls.get(text), Some(expected.clone()), "{text}");
+            assert_eq!(urls.get(text), Some(expected), "{text}, again");
+        }
+        assert_eq!(kept(&urls), 3);
+        assert_eq!(
+            urls.get("https://api.example.com/v1/messages?beta=true")
+                .unwrap()
+                .host_str(),
+            Some("api.example.com")
+        );
+        assert_eq!(
+            urls.get("https://xn--bcher-kva.example/v1/responses")
+                .unwrap()
+                .as_str(),
+            "https://xn--bcher-kva.example/v1/responses"
+        );
+
+        assert_eq!(urls.get("http://[::1/v1"), None);
+        assert_eq!(urls.get("not a url"), None);
+        assert_eq!(
+            kept(&urls),
+            5,
+            "the two lookups by other texts above are kept, the bad ones not"
+        );
+
+        let long = format!("http://example.com/{}", "a".repeat(MAX_PARSED_URL_LEN));
+        assert_eq!(urls.get(&long), Some(reqwest::Url::parse(&long).unwrap()));
+        assert_eq!(kept(&urls), 5);
+
+        for i in 0..MAX_PARSED_URLS * 2 {
+            let text = format!("http://example.com/{i}");
+            assert_eq!(urls.get(&text).unwrap().path(), format!("/{i}"));
+            assert!(kept(&urls) <= MAX_PARSED_URLS);
+        }
+    }
 
     const IDLE: Duration = Duration::from_secs(10);
 
