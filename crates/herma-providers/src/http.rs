@@ -23,7 +23,8 @@ pub struct HttpUpstream {
 /// the operator's or a caller's, with one path per protocol), and parsing one (scheme, host
 /// and its IDNA mapping, path) cost about 6,500 instructions a request: 7% of a forwarded
 /// request's in the pass-through (docs/performance.md). Only URLs that parse are kept, and
-/// the map is emptied when it is full, so a caller sending ever new URLs bounds it.
+/// the map is emptied when it is full: a caller sending ever new URLs cannot grow it past its
+/// bound.
 #[derive(Default)]
 struct ParsedUrls(Mutex<HashMap<Box<str>, reqwest::Url>>);
 
