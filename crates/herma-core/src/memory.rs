@@ -214,8 +214,13 @@ pub fn observations(
     }
     // Symbols from what people and the model wrote, not from raw tool output (too noisy).
     // Group 1 when the pattern has one (the name inside backticks or before `()`), else all.
-    // The prompt is the first text, the answer the last.
-    let (prompt, answer) = (&found[0], &found[found.len() - 1]);
+    // The prompt is the first text, the answer the last (were either missing, every pattern
+    // would search).
+    let unknown = Found(None);
+    let (prompt, answer) = (
+        found.first().unwrap_or(&unknown),
+        found.last().unwrap_or(&unknown),
+    );
     for (text, found) in [(user_text, prompt), (response_text, answer)] {
         for index in SYMBOLS {
             found.each(index, text, |symbol| push(EntityKind::CodeSymbol, symbol));

@@ -26,7 +26,7 @@ pub struct HttpUpstream {
 /// the map is emptied when it is full: a caller sending ever new URLs cannot grow it past its
 /// bound.
 #[derive(Default)]
-struct ParsedUrls(Mutex<HashMap<Box<str>, reqwest::Url>>);
+struct ParsedUrls(Mutex<HashMap<Box<str>, Arc<reqwest::Url>>>);
 
 /// URLs kept at most, and the longest kept.
 const MAX_PARSED_URLS: usize = 256;
@@ -40,8 +40,10 @@ impl ParsedUrls {
         if url.len() > MAX_PARSED_URL_LEN {
             return reqwest::Url::parse(url).ok();
         }
-        if let Some(parsed) = self.0.lock().ok()?.get(url) {
-            return Some(parsed.clone());
+        // Only the lookup holds the lock; the copy reqwest takes is made after it.
+        let kept = self.0.lock().ok()?.get(url).cloned();
+        if let Some(parsed) = kept {
+            return Some(reqwest::Url::clone(&parsed));
         }
         // Parsed without holding the lock: other requests' lookups do not wait for it.
         let parsed = reqwest::Url::parse(url).ok()?;
@@ -49,7 +51,7 @@ impl ParsedUrls {
             if urls.len() >= MAX_PARSED_URLS {
                 urls.clear();
             }
-            urls.insert(url.into(), parsed.clone());
+            urls.insert(url.into(), Arc::new(parsed.clone()));
         }
         Some(parsed)
     }
