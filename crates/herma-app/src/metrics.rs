@@ -133,11 +133,16 @@ struct LatencyKey {
     action: &'static str,
 }
 
+/// A map of series by their labels. The labels are route templates (not raw paths), normalized
+/// methods, statuses and fixed names: a bounded set no caller chooses, so foldhash's fast hash
+/// (a fixed seed) serves where std's SipHash would cost more than the count itself.
+type Series<K, V> = RwLock<HashMap<K, V, foldhash::fast::FixedState>>;
+
 /// The registry.
 pub struct Metrics {
-    requests: RwLock<HashMap<CountKey, Arc<AtomicU64>>>,
-    latency: RwLock<HashMap<LatencyKey, Arc<Histogram>>>,
-    added: RwLock<HashMap<(&'static str, &'static str), Arc<Histogram>>>,
+    requests: Series<CountKey, AtomicU64>,
+    latency: Series<LatencyKey, Histogram>,
+    added: Series<(&'static str, &'static str), Histogram>,
     /// Tier 2: time embedding a request (only requests that needed it).
     embeds: Histogram,
     /// Tier 3: classifier outcomes, by `CLASSIFIER_OUTCOMES` index.
@@ -194,21 +199,23 @@ impl Default for Metrics {
     }
 }
 
-/// Looks `key` up under the read lock; inserts under the write lock only the first time.
+/// Applies `record` to `key`'s series under the read lock; inserts the series (`make`) under
+/// the write lock only the first time. A poisoned lock skips the record.
 fn series<K: std::hash::Hash + Eq + Clone, V>(
-    map: &RwLock<HashMap<K, Arc<V>>>,
+    map: &Series<K, V>,
     key: &K,
     make: impl FnOnce() -> V,
-) -> Option<Arc<V>> {
-    if let Some(found) = map.read().ok()?.get(key) {
-        return Some(found.clone());
+    record: impl FnOnce(&V),
+) {
+    if let Ok(map) = map.read()
+        && let Some(found) = map.get(key)
+    {
+        record(found);
+        return;
     }
-    let mut map = map.write().ok()?;
-    Some(
-        map.entry(key.clone())
-            .or_insert_with(|| Arc::new(make()))
-            .clone(),
-    )
+    if let Ok(mut map) = map.write() {
+        record(map.entry(key.clone()).or_insert_with(make));
+    }
 }
 
 /// A label value, escaped as the text format requires.
@@ -250,24 +257,35 @@ impl Metrics {
             action: action.as_str(),
             status,
         };
-        if let Some(counter) = series(&self.requests, &key, || AtomicU64::new(0)) {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
+        series(
+            &self.requests,
+            &key,
+            || AtomicU64::new(0),
+            |counter| {
+                counter.fetch_add(1, Ordering::Relaxed);
+            },
+        );
         let key = LatencyKey {
             route,
             action: action.as_str(),
         };
-        if let Some(histogram) = series(&self.latency, &key, || Histogram::new(&LATENCY_BUCKETS)) {
-            histogram.observe(micros);
-        }
+        series(
+            &self.latency,
+            &key,
+            || Histogram::new(&LATENCY_BUCKETS),
+            |histogram| histogram.observe(micros),
+        );
     }
 
     /// Herma's own time before the upstream was called, for a forwarded request.
     pub fn record_added_latency(&self, protocol: &'static str, action: RequestAction, micros: u64) {
         let key = (protocol, action.as_str());
-        if let Some(histogram) = series(&self.added, &key, || Histogram::new(&ADDED_BUCKETS)) {
-            histogram.observe(micros);
-        }
+        series(
+            &self.added,
+            &key,
+            || Histogram::new(&ADDED_BUCKETS),
+            |histogram| histogram.observe(micros),
+        );
     }
 
     /// One request's tier-2 embedding time and tier-3 outcomes.

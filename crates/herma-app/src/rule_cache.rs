@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use herma_core::model::{ContextEntry, Provision};
 use herma_core::rules::RuleSet;
+use herma_core::shim::RenderedShim;
 use herma_core::{CallerScope, Problem, Timestamp};
 use herma_store::{DocumentStoreExt, Revisions, Store};
 
@@ -37,6 +38,74 @@ pub struct RuleSnapshot {
     pub semantic: SemanticRules,
     /// Records the governance lens refused for this caller.
     pub refused: Vec<RefusedRecord>,
+    /// Shims rendered under this snapshot, kept for the next request the same rules choose.
+    pub shims: ShimMemo,
+}
+
+/// Most shims a snapshot keeps rendered.
+const SHIM_MEMO_ENTRIES: usize = 16;
+/// Most text (bytes) a snapshot keeps in rendered shims.
+const SHIM_MEMO_BYTES: usize = 64 * 1024;
+
+/// Shims rendered under one snapshot, by the rules that chose them and the size budget. The
+/// same rules over the same snapshot's entries render the same text, so a request that a kept
+/// combination fits copies it rather than rendering it again. Bounded by
+/// [`SHIM_MEMO_ENTRIES`] and [`SHIM_MEMO_BYTES`]: past either, a new combination is rendered
+/// for each request, as every shim was before. A new snapshot starts empty.
+#[derive(Debug, Default)]
+pub struct ShimMemo(RwLock<KeptShims>);
+
+#[derive(Debug, Default)]
+struct KeptShims {
+    shims: Vec<KeptShim>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct KeptShim {
+    rules: Box<[usize]>,
+    budget: usize,
+    shim: RenderedShim,
+    unresolved: Vec<String>,
+}
+
+impl ShimMemo {
+    /// The shim (and the context refs it could not resolve) for `rules`, in the order given,
+    /// within `budget`: kept, or made by `render` and kept when there is room.
+    pub fn get_or_render(
+        &self,
+        rules: &[usize],
+        budget: usize,
+        render: impl FnOnce() -> (RenderedShim, Vec<String>),
+    ) -> (RenderedShim, Vec<String>) {
+        if let Ok(kept) = self.0.read()
+            && let Some(found) = kept
+                .shims
+                .iter()
+                .find(|k| k.budget == budget && *k.rules == *rules)
+        {
+            return (found.shim.clone(), found.unresolved.clone());
+        }
+        let (shim, unresolved) = render();
+        let bytes = shim.text.len();
+        if let Ok(mut kept) = self.0.write()
+            && kept.shims.len() < SHIM_MEMO_ENTRIES
+            && kept.bytes + bytes <= SHIM_MEMO_BYTES
+            && !kept
+                .shims
+                .iter()
+                .any(|k| k.budget == budget && *k.rules == *rules)
+        {
+            kept.bytes += bytes;
+            kept.shims.push(KeptShim {
+                rules: rules.into(),
+                budget,
+                shim: shim.clone(),
+                unresolved: unresolved.clone(),
+            });
+        }
+        (shim, unresolved)
+    }
 }
 
 /// A provision or context entry the governance lens keeps from a caller.
@@ -289,6 +358,7 @@ impl RuleCache {
             context,
             semantic,
             refused,
+            shims: ShimMemo::default(),
         })
     }
 
@@ -311,4 +381,87 @@ fn internal_lock() -> Problem {
         herma_core::ProblemCode::Internal,
         "Herma could not complete the request",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use herma_core::model::ShimmedRef;
+
+    use super::*;
+
+    fn rendered(text: &str) -> (RenderedShim, Vec<String>) {
+        let shim = RenderedShim {
+            text: text.to_owned(),
+            refs: vec![ShimmedRef {
+                id: format!("entry-{}", text.len()),
+                version: 1,
+                kind: herma_core::model::ContextKind::Noun,
+                builtin: false,
+                chars: text.chars().count() as u64,
+                truncated: false,
+                record_uri: None,
+                record_version: None,
+                blob_digests: Vec::new(),
+            }],
+        };
+        (shim, vec!["missing".to_owned()])
+    }
+
+    #[test]
+    fn a_kept_shim_is_what_rendering_gave_and_is_not_rendered_again() {
+        let memo = ShimMemo::default();
+        let renders = Cell::new(0);
+        let render = |text: &'static str| {
+            let renders = &renders;
+            move || {
+                renders.set(renders.get() + 1);
+                rendered(text)
+            }
+        };
+        let first = memo.get_or_render(&[3, 1], 8000, render("[NOUN CONTEXT]\nA"));
+        assert_eq!(first, rendered("[NOUN CONTEXT]\nA"));
+        assert_eq!(memo.get_or_render(&[3, 1], 8000, render("other")), first);
+        assert_eq!(renders.get(), 1);
+        // Another order of the rules, or another budget, is another shim.
+        assert_eq!(
+            memo.get_or_render(&[1, 3], 8000, render("B")),
+            rendered("B")
+        );
+        assert_eq!(memo.get_or_render(&[3, 1], 10, render("C")), rendered("C"));
+        assert_eq!(renders.get(), 3);
+    }
+
+    #[test]
+    fn the_memo_stays_within_its_bounds_and_renders_past_them() {
+        let memo = ShimMemo::default();
+        for rule in 0..SHIM_MEMO_ENTRIES + 4 {
+            memo.get_or_render(&[rule], 8000, || rendered("x"));
+        }
+        let kept = memo.0.read().map(|k| k.shims.len()).unwrap_or_default();
+        assert_eq!(kept, SHIM_MEMO_ENTRIES);
+        // Past the bound a shim is still rendered and returned, each time.
+        let renders = Cell::new(0);
+        for _ in 0..2 {
+            let got = memo.get_or_render(&[999], 8000, || {
+                renders.set(renders.get() + 1);
+                rendered("late")
+            });
+            assert_eq!(got, rendered("late"));
+        }
+        assert_eq!(renders.get(), 2);
+
+        // The byte bound: one shim of the whole budget is kept, the next is not.
+        let memo = ShimMemo::default();
+        let big = "y".repeat(SHIM_MEMO_BYTES);
+        memo.get_or_render(&[1], usize::MAX, || rendered(&big));
+        memo.get_or_render(&[2], usize::MAX, || rendered("z"));
+        let (kept, bytes) = memo
+            .0
+            .read()
+            .map(|k| (k.shims.len(), k.bytes))
+            .unwrap_or_default();
+        assert_eq!((kept, bytes), (1, SHIM_MEMO_BYTES));
+    }
 }

@@ -173,11 +173,39 @@ struct SequentialIds {
 }
 
 impl SequentialIds {
+    /// `{prefix:08x}-{n:x}`, written straight into the header's bytes (no formatter).
     fn next(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::try_from(format!("{:08x}-{n:x}", self.prefix))
+        // 8 hex digits, a dash and at most 16 more.
+        let mut id = [0u8; 25];
+        let mut len = push_hex(&mut id, 0, u64::from(self.prefix), 8);
+        if let Some(dash) = id.get_mut(len) {
+            *dash = b'-';
+            len += 1;
+        }
+        let len = push_hex(&mut id, len, n, 1);
+        HeaderValue::from_bytes(id.get(..len).unwrap_or_default())
             .unwrap_or_else(|_| HeaderValue::from_static("-"))
     }
+}
+
+/// Writes `value` in lowercase hex, at least `width` (at most 16) digits, zero-padded, into
+/// `out` from `at`; returns the end. Digits that would not fit are left out.
+fn push_hex(out: &mut [u8], at: usize, value: u64, width: usize) -> usize {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = (64 - value.leading_zeros() as usize)
+        .div_ceil(4)
+        .max(width)
+        .min(16);
+    let mut end = at;
+    for i in (0..digits).rev() {
+        let nibble = (value >> (4 * i)) & 0xf;
+        if let Some(slot) = out.get_mut(end) {
+            *slot = DIGITS[(nibble & 0xf) as usize];
+            end += 1;
+        }
+    }
+    end
 }
 
 /// Wraps `router` in the one middleware around every route.
@@ -189,4 +217,31 @@ pub fn apply(router: Router, state: AppState) -> Router {
         next: std::sync::Arc::new(AtomicU64::new(1)),
     };
     router.layer(middleware::from_fn_with_state(Edge { state, ids }, edge))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_request_ids_are_the_prefix_and_the_counter_in_hex() {
+        for (prefix, n) in [
+            (0u32, 1u64),
+            (0x1a2b, 0xff),
+            (u32::MAX, 0x10),
+            (0xdead_beef, u64::MAX),
+            (7, 0x0123_4567_89ab_cdef),
+        ] {
+            let ids = SequentialIds {
+                prefix,
+                next: std::sync::Arc::new(AtomicU64::new(n)),
+            };
+            let id = ids.next();
+            assert_eq!(
+                id.to_str().ok(),
+                Some(format!("{prefix:08x}-{n:x}").as_str())
+            );
+            assert!(acceptable_request_id(&id), "{id:?}");
+        }
+    }
 }

@@ -178,25 +178,29 @@ impl App {
                     .unwrap_or_default(),
             },
             Decision::Shim(ms) => {
-                let mut seen: HashSet<&str> = HashSet::new();
-                let mut entries = Vec::new();
-                let mut unresolved = Vec::new();
-                for m in &ms {
-                    for r in &spec(m).context_refs {
-                        if !seen.insert(r.as_str()) {
-                            continue;
-                        }
-                        match snapshot.context_entry(r) {
-                            Some((entry, builtin)) => entries.push(ShimEntry { entry, builtin }),
-                            None => unresolved.push(r.clone()),
+                let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
+                // `applied_ids` are `ms`'s rules in order: what the rendering depends on,
+                // with the snapshot's entries.
+                let (shim, unresolved) = snapshot.shims.get_or_render(&applied_ids, budget, || {
+                    let mut seen: HashSet<&str> = HashSet::new();
+                    let mut entries = Vec::new();
+                    let mut unresolved = Vec::new();
+                    for m in &ms {
+                        for r in &spec(m).context_refs {
+                            if !seen.insert(r.as_str()) {
+                                continue;
+                            }
+                            match snapshot.context_entry(r) {
+                                Some((entry, builtin)) => {
+                                    entries.push(ShimEntry { entry, builtin });
+                                }
+                                None => unresolved.push(r.clone()),
+                            }
                         }
                     }
-                }
-                let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
-                PlannedAction::Shim {
-                    shim: render(&entries, budget),
-                    unresolved,
-                }
+                    (render(&entries, budget), unresolved)
+                });
+                PlannedAction::Shim { shim, unresolved }
             }
         };
         Ok(Plan {
