@@ -225,7 +225,9 @@ impl App {
                     serde_json::from_slice(&answer.json()).unwrap_or_default()
                 });
             }
-            PlannedAction::Shim { shim, unresolved } => {
+            PlannedAction::Shim {
+                shim, unresolved, ..
+            } => {
                 report.decision = "shim_context";
                 report.shim = Some(ShimReport {
                     placement: placement(envelope.insertion.as_ref()),

@@ -44,7 +44,7 @@ pub struct RuleSnapshot {
 
 /// Most shims a snapshot keeps rendered.
 const SHIM_MEMO_ENTRIES: usize = 16;
-/// Most text (bytes) a snapshot keeps in rendered shims.
+/// Most text (bytes, the shims and their JSON strings) a snapshot keeps in rendered shims.
 const SHIM_MEMO_BYTES: usize = 64 * 1024;
 
 /// Shims rendered under one snapshot, by the rules that chose them and the size budget. The
@@ -54,6 +54,16 @@ const SHIM_MEMO_BYTES: usize = 64 * 1024;
 /// for each request, as every shim was before. A new snapshot starts empty.
 #[derive(Debug, Default)]
 pub struct ShimMemo(RwLock<KeptShims>);
+
+/// A rendered shim, its text as a JSON string (for
+/// [`herma_core::wire::Envelope::with_shim_json`]) and the context refs its rules named that
+/// did not resolve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedShim {
+    pub rendered: RenderedShim,
+    pub json: Arc<str>,
+    pub unresolved: Vec<String>,
+}
 
 #[derive(Debug, Default)]
 struct KeptShims {
@@ -65,46 +75,47 @@ struct KeptShims {
 struct KeptShim {
     rules: Box<[usize]>,
     budget: usize,
-    shim: RenderedShim,
-    unresolved: Vec<String>,
+    shim: PreparedShim,
 }
 
 impl ShimMemo {
-    /// The shim (and the context refs it could not resolve) for `rules`, in the order given,
-    /// within `budget`: kept, or made by `render` and kept when there is room.
+    /// The shim for `rules`, in the order given, within `budget`: kept, or made from what
+    /// `render` returns (the shim and the refs it could not resolve) and kept when there is
+    /// room.
     pub fn get_or_render(
         &self,
         rules: &[usize],
         budget: usize,
         render: impl FnOnce() -> (RenderedShim, Vec<String>),
-    ) -> (RenderedShim, Vec<String>) {
+    ) -> PreparedShim {
+        let same = |k: &KeptShim| k.budget == budget && *k.rules == *rules;
         if let Ok(kept) = self.0.read()
-            && let Some(found) = kept
-                .shims
-                .iter()
-                .find(|k| k.budget == budget && *k.rules == *rules)
+            && let Some(found) = kept.shims.iter().find(|k| same(k))
         {
-            return (found.shim.clone(), found.unresolved.clone());
+            return found.shim.clone();
         }
-        let (shim, unresolved) = render();
-        let bytes = shim.text.len();
+        let (rendered, unresolved) = render();
+        // A string always serializes.
+        let json = serde_json::to_string(&rendered.text).unwrap_or_else(|_| "\"\"".to_owned());
+        let shim = PreparedShim {
+            json: json.into(),
+            rendered,
+            unresolved,
+        };
+        let bytes = shim.rendered.text.len() + shim.json.len();
         if let Ok(mut kept) = self.0.write()
             && kept.shims.len() < SHIM_MEMO_ENTRIES
             && kept.bytes + bytes <= SHIM_MEMO_BYTES
-            && !kept
-                .shims
-                .iter()
-                .any(|k| k.budget == budget && *k.rules == *rules)
+            && !kept.shims.iter().any(same)
         {
             kept.bytes += bytes;
             kept.shims.push(KeptShim {
                 rules: rules.into(),
                 budget,
                 shim: shim.clone(),
-                unresolved: unresolved.clone(),
             });
         }
-        (shim, unresolved)
+        shim
     }
 }
 
@@ -409,6 +420,15 @@ mod tests {
         (shim, vec!["missing".to_owned()])
     }
 
+    fn prepared(text: &str) -> PreparedShim {
+        let (rendered, unresolved) = rendered(text);
+        PreparedShim {
+            json: serde_json::to_string(text).unwrap_or_default().into(),
+            rendered,
+            unresolved,
+        }
+    }
+
     #[test]
     fn a_kept_shim_is_what_rendering_gave_and_is_not_rendered_again() {
         let memo = ShimMemo::default();
@@ -420,16 +440,17 @@ mod tests {
                 rendered(text)
             }
         };
-        let first = memo.get_or_render(&[3, 1], 8000, render("[NOUN CONTEXT]\nA"));
-        assert_eq!(first, rendered("[NOUN CONTEXT]\nA"));
+        let text = "[NOUN CONTEXT]\n## \"A\" (a, v1)\nbody";
+        let first = memo.get_or_render(&[3, 1], 8000, render(text));
+        assert_eq!(first, prepared(text));
         assert_eq!(memo.get_or_render(&[3, 1], 8000, render("other")), first);
         assert_eq!(renders.get(), 1);
         // Another order of the rules, or another budget, is another shim.
         assert_eq!(
             memo.get_or_render(&[1, 3], 8000, render("B")),
-            rendered("B")
+            prepared("B")
         );
-        assert_eq!(memo.get_or_render(&[3, 1], 10, render("C")), rendered("C"));
+        assert_eq!(memo.get_or_render(&[3, 1], 10, render("C")), prepared("C"));
         assert_eq!(renders.get(), 3);
     }
 
@@ -448,20 +469,22 @@ mod tests {
                 renders.set(renders.get() + 1);
                 rendered("late")
             });
-            assert_eq!(got, rendered("late"));
+            assert_eq!(got, prepared("late"));
         }
         assert_eq!(renders.get(), 2);
 
-        // The byte bound: one shim of the whole budget is kept, the next is not.
+        // The byte bound (text and JSON string): a shim of nearly half of it is kept, the
+        // next, which would pass it, is not.
         let memo = ShimMemo::default();
-        let big = "y".repeat(SHIM_MEMO_BYTES);
+        let big = "y".repeat(SHIM_MEMO_BYTES / 2 - 2);
         memo.get_or_render(&[1], usize::MAX, || rendered(&big));
-        memo.get_or_render(&[2], usize::MAX, || rendered("z"));
+        let got = memo.get_or_render(&[2], usize::MAX, || rendered("z"));
+        assert_eq!(got, prepared("z"));
         let (kept, bytes) = memo
             .0
             .read()
             .map(|k| (k.shims.len(), k.bytes))
             .unwrap_or_default();
-        assert_eq!((kept, bytes), (1, SHIM_MEMO_BYTES));
+        assert_eq!((kept, bytes), (1, SHIM_MEMO_BYTES - 2));
     }
 }

@@ -233,9 +233,13 @@ impl App {
                     body,
                 });
             }
-            PlannedAction::Shim { shim, unresolved } => {
+            PlannedAction::Shim {
+                shim,
+                json,
+                unresolved,
+            } => {
                 receipt.unresolved_context_refs = unresolved;
-                match envelope.with_shim(&request.body, &shim.text) {
+                match envelope.with_shim_json(&request.body, &json) {
                     Some(body) if !shim.text.is_empty() => {
                         receipt.action = ReceiptAction::Shimmed;
                         receipt.shimmed_context_refs = shim.refs;

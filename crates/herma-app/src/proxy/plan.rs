@@ -41,6 +41,8 @@ pub enum PlannedAction {
     },
     Shim {
         shim: RenderedShim,
+        /// `shim.text` as a JSON string, ready to splice.
+        json: std::sync::Arc<str>,
         unresolved: Vec<String>,
     },
 }
@@ -181,7 +183,7 @@ impl App {
                 let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
                 // `applied_ids` are `ms`'s rules in order: what the rendering depends on,
                 // with the snapshot's entries.
-                let (shim, unresolved) = snapshot.shims.get_or_render(&applied_ids, budget, || {
+                let prepared = snapshot.shims.get_or_render(&applied_ids, budget, || {
                     let mut seen: HashSet<&str> = HashSet::new();
                     let mut entries = Vec::new();
                     let mut unresolved = Vec::new();
@@ -200,7 +202,11 @@ impl App {
                     }
                     (render(&entries, budget), unresolved)
                 });
-                PlannedAction::Shim { shim, unresolved }
+                PlannedAction::Shim {
+                    shim: prepared.rendered,
+                    json: prepared.json,
+                    unresolved: prepared.unresolved,
+                }
             }
         };
         Ok(Plan {

@@ -213,10 +213,16 @@ impl Envelope {
     /// user's prompt and without changing any byte before the insertion point. `None` when the
     /// body has no place for it (no messages at all).
     pub fn with_shim(&self, body: &[u8], shim: &str) -> Option<Vec<u8>> {
+        self.with_shim_json(body, &serde_json::to_string(shim).ok()?)
+    }
+
+    /// [`Envelope::with_shim`] for a shim already written as a JSON string (`shim_json`, its
+    /// quotes included, as `serde_json::to_string` writes it): the proxy keeps rendered shims
+    /// in that form.
+    pub fn with_shim_json(&self, body: &[u8], shim_json: &str) -> Option<Vec<u8>> {
         let Insertion { start, end, splice } = self.insertion?;
         let replaced = body.get(start..end)?;
         std::str::from_utf8(replaced).ok()?;
-        let shim_json = serde_json::to_string(shim).ok()?;
         let mut out = Vec::with_capacity(body.len() + shim_json.len() + 96);
         out.extend_from_slice(&body[..start]);
         for piece in splice.pieces {
