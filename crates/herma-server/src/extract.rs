@@ -5,7 +5,7 @@
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderName, header};
 use herma_core::gate::{GateRequest, Principal, Requirement};
 use herma_core::{FieldError, Problem, ProblemCode, json};
 use http_body_util::BodyExt;
@@ -18,6 +18,12 @@ use crate::limits::BodyRefusal;
 
 pub const HARNESS_HEADER: &str = "x-herma-harness";
 
+// The gate's headers as names: a lookup by `&str` parses and lowercases the name each time.
+const HARNESS: HeaderName = HeaderName::from_static(HARNESS_HEADER);
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const SEC_FETCH_MODE: HeaderName = HeaderName::from_static("sec-fetch-mode");
+const SEC_FETCH_DEST: HeaderName = HeaderName::from_static("sec-fetch-dest");
+
 /// Whether the request says its body is JSON (`application/json`, parameters allowed).
 pub fn is_json(headers: &HeaderMap) -> bool {
     headers
@@ -27,7 +33,7 @@ pub fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -95,22 +101,22 @@ impl GateFacts {
 
     pub fn request(&self) -> GateRequest<'_> {
         GateRequest {
-            authorization: header_str(&self.0, header::AUTHORIZATION.as_str()),
-            x_api_key: header_str(&self.0, "x-api-key"),
+            authorization: header_str(&self.0, &header::AUTHORIZATION),
+            x_api_key: header_str(&self.0, &X_API_KEY),
             has_cookie: self.0.contains_key(header::COOKIE),
-            sec_fetch_mode: header_str(&self.0, "sec-fetch-mode"),
-            sec_fetch_dest: header_str(&self.0, "sec-fetch-dest"),
+            sec_fetch_mode: header_str(&self.0, &SEC_FETCH_MODE),
+            sec_fetch_dest: header_str(&self.0, &SEC_FETCH_DEST),
         }
     }
 
     pub fn harness(&self) -> Option<&str> {
-        header_str(&self.0, HARNESS_HEADER)
+        header_str(&self.0, &HARNESS)
     }
 
     /// A credential or attestation header sent more than once is ambiguous (which one counts
     /// depends on who reads it): refused before anything else.
     pub fn repeated(&self) -> Result<(), Problem> {
-        for name in [header::AUTHORIZATION.as_str(), "x-api-key", HARNESS_HEADER] {
+        for name in [&header::AUTHORIZATION, &X_API_KEY, &HARNESS] {
             if self.0.get_all(name).iter().nth(1).is_some() {
                 return Err(Problem::new(
                     ProblemCode::MalformedRequest,
@@ -164,7 +170,7 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for StrictQuery<T> {
 
 /// Reads a JSON body of at most `limit` bytes and parses it strictly (duplicate keys, depth).
 pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
-    if let Some(content_type) = header_str(headers, header::CONTENT_TYPE.as_str()) {
+    if let Some(content_type) = header_str(headers, &header::CONTENT_TYPE) {
         let essence = content_type
             .split(';')
             .next()

@@ -17,6 +17,8 @@ use crate::AppState;
 use crate::error::ApiError;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// H08's edge secret, as a name (a lookup by `&str` parses the name on every request).
+const EDGE_AUTH: HeaderName = HeaderName::from_static("x-edge-auth");
 
 /// Security headers on every response. Pages may set their own CSP; the API default refuses
 /// everything (nothing it serves is meant to load resources).
@@ -66,7 +68,7 @@ async fn edge(State(edge): State<Edge>, mut request: Request, next: Next) -> Res
     let state = &edge.state;
     let presented = request
         .headers()
-        .get("x-edge-auth")
+        .get(&EDGE_AUTH)
         .and_then(|v| v.to_str().ok());
     let admitted = state.app.gate.check_edge(presented);
     let inner = async {

@@ -323,3 +323,35 @@ async fn a_request_id_outside_the_token_charset_or_length_is_replaced() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_credential_or_harness_header_sent_twice_is_refused_by_name() {
+    let app = spawn_app(Backend::Memory, &[]).await;
+    let key = app.key("route", None).await;
+    let twice = [
+        ("authorization", format!("Bearer {key}")),
+        ("x-api-key", key.clone()),
+        ("x-herma-harness", "claude-code".to_owned()),
+    ];
+    for (name, value) in &twice {
+        let got = req(Method::GET, "/v1/provisions")
+            .key(&key)
+            .header(name, value.clone())
+            .header(name, value.clone())
+            .send(&app)
+            .await;
+        assert_problem(&got, StatusCode::BAD_REQUEST, "malformed_request");
+        let detail = got.2["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(&format!("the {name} header is sent more than once")),
+            "{name}: {detail}"
+        );
+    }
+    // Once each, the same key is admitted.
+    let once = req(Method::GET, "/v1/provisions")
+        .key(&key)
+        .header("x-herma-harness", "claude-code")
+        .send(&app)
+        .await;
+    assert_eq!(once.0, StatusCode::OK, "{}", once.2);
+}
