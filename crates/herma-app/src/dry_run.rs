@@ -225,15 +225,13 @@ impl App {
                     serde_json::from_slice(&answer.json()).unwrap_or_default()
                 });
             }
-            PlannedAction::Shim {
-                shim, unresolved, ..
-            } => {
+            PlannedAction::Shim(shim) => {
                 report.decision = "shim_context";
                 report.shim = Some(ShimReport {
                     placement: placement(envelope.insertion.as_ref()),
-                    text: shim.text,
-                    shimmed_context_refs: shim.refs,
-                    unresolved_context_refs: unresolved,
+                    text: shim.rendered.text,
+                    shimmed_context_refs: shim.rendered.refs,
+                    unresolved_context_refs: shim.unresolved,
                 });
             }
         }

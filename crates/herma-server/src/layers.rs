@@ -201,9 +201,9 @@ fn push_hex(out: &mut [u8], at: usize, value: u64, width: usize) -> usize {
         .min(16);
     let mut end = at;
     for i in (0..digits).rev() {
-        let nibble = (value >> (4 * i)) & 0xf;
+        let nibble = ((value >> (4 * i)) & 0xf) as usize;
         if let Some(slot) = out.get_mut(end) {
-            *slot = DIGITS[(nibble & 0xf) as usize];
+            *slot = DIGITS[nibble];
             end += 1;
         }
     }

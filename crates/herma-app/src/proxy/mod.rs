@@ -233,16 +233,12 @@ impl App {
                     body,
                 });
             }
-            PlannedAction::Shim {
-                shim,
-                json,
-                unresolved,
-            } => {
-                receipt.unresolved_context_refs = unresolved;
-                match envelope.with_shim_json(&request.body, &json) {
-                    Some(body) if !shim.text.is_empty() => {
+            PlannedAction::Shim(shim) => {
+                receipt.unresolved_context_refs = shim.unresolved;
+                match envelope.with_shim_json(&request.body, &shim.json) {
+                    Some(body) if !shim.rendered.text.is_empty() => {
                         receipt.action = ReceiptAction::Shimmed;
-                        receipt.shimmed_context_refs = shim.refs;
+                        receipt.shimmed_context_refs = shim.rendered.refs;
                         Bytes::from(body)
                     }
                     _ => request.body.clone(),

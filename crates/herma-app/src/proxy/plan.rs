@@ -7,12 +7,12 @@ use std::collections::HashSet;
 use herma_core::evaluation::{Evaluation, Mode};
 use herma_core::model::{Action, MatchedRule};
 use herma_core::rules::{Decision, RuleMatch, decide};
-use herma_core::shim::{RenderedShim, ShimEntry, render};
+use herma_core::shim::{ShimEntry, render};
 use herma_core::wire::{ConversationSource, Envelope};
 use herma_core::{CallerScope, Problem};
 
 use crate::App;
-use crate::rule_cache::RuleSnapshot;
+use crate::rule_cache::{PreparedShim, RuleSnapshot};
 
 /// Whether planning may write `once_per_conversation` claims (the proxy) or not (dry run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,12 +39,8 @@ pub enum PlannedAction {
         provision_id: String,
         text: String,
     },
-    Shim {
-        shim: RenderedShim,
-        /// `shim.text` as a JSON string, ready to splice.
-        json: std::sync::Arc<str>,
-        unresolved: Vec<String>,
-    },
+    /// The shim, its JSON string (ready to splice) and the refs that did not resolve.
+    Shim(PreparedShim),
 }
 
 impl App {
@@ -183,7 +179,7 @@ impl App {
                 let budget = usize::try_from(self.settings.shim_max_chars).unwrap_or(usize::MAX);
                 // `applied_ids` are `ms`'s rules in order: what the rendering depends on,
                 // with the snapshot's entries.
-                let prepared = snapshot.shims.get_or_render(&applied_ids, budget, || {
+                let shim = snapshot.shims.get_or_render(&applied_ids, budget, || {
                     let mut seen: HashSet<&str> = HashSet::new();
                     let mut entries = Vec::new();
                     let mut unresolved = Vec::new();
@@ -202,11 +198,7 @@ impl App {
                     }
                     (render(&entries, budget), unresolved)
                 });
-                PlannedAction::Shim {
-                    shim: prepared.rendered,
-                    json: prepared.json,
-                    unresolved: prepared.unresolved,
-                }
+                PlannedAction::Shim(shim)
             }
         };
         Ok(Plan {

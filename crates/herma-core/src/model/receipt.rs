@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::context::ContextKind;
 use crate::caller::CallerScope;
@@ -230,15 +229,9 @@ impl ReceiptBody {
     }
 }
 
-/// Lowercase hex SHA-256 of `data`, encoded into a buffer of its own size (`hex::encode`
-/// collects the digits a character at a time: ≈ 1,600 instructions for 64 of them).
+/// Lowercase hex SHA-256 of `data`.
 fn sha256_hex(data: &[u8]) -> String {
-    let mut hex = [0u8; 64];
-    // 32 bytes always fill 64 digits, which are ASCII.
-    let _ = hex::encode_to_slice(Sha256::digest(data), &mut hex);
-    std::str::from_utf8(&hex)
-        .map(str::to_owned)
-        .unwrap_or_default()
+    crate::wire::prefixed_digest("", data, 32)
 }
 
 /// Room for a typical sealed receipt, so its buffer is allocated once: a forwarded request's
@@ -293,6 +286,8 @@ impl InjectionReceipt {
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     fn body() -> ReceiptBody {

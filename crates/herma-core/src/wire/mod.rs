@@ -270,8 +270,9 @@ pub(crate) fn native_conversation(id: String) -> Conversation {
 }
 
 /// `prefix` and the first `bytes` bytes (at most 32) of the SHA-256 of `data`, in lowercase hex:
-/// encoded straight into the id, without the whole digest's hex first.
-fn prefixed_digest(prefix: &str, data: &[u8], bytes: usize) -> String {
+/// encoded straight into the id, without the whole digest's hex first (`hex::encode` collects
+/// its digits a character at a time). With an empty prefix and 32 bytes, the whole digest.
+pub(crate) fn prefixed_digest(prefix: &str, data: &[u8], bytes: usize) -> String {
     let digest = Sha256::digest(data);
     let mut hex = [0u8; 64];
     let bytes = bytes.min(digest.len());
