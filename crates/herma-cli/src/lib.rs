@@ -4,4 +4,5 @@
 //! (`herma-app`, `herma-server`) works over the ports only; the binary and the test support
 //! wire the same adapters through these functions.
 
+pub mod log_fields;
 pub mod wiring;

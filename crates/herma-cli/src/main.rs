@@ -198,7 +198,10 @@ fn init_logging(settings: &Settings) {
         .with_ansi(std::io::stderr().is_terminal());
     let _ = match settings.log_format {
         LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+        // DefaultFields' text, written faster (`herma_cli::log_fields`).
+        LogFormat::Text => builder
+            .fmt_fields(herma_cli::log_fields::PlainFields)
+            .try_init(),
     };
 }
 
