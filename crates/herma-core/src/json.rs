@@ -380,6 +380,39 @@ impl<'de> Visitor<'de> for Strict<'_> {
     }
 }
 
+/// The first position at or after `at` holding `"`, `\` or a control character (or the end):
+/// eight bytes at a time, each word tested for all three at once. What a JSON string may hold
+/// as it is written: the layout pass checks strings with it, the receipt's writer copies them.
+pub(crate) fn plain(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let word = u64::from_le_bytes(chunk);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it is zero (after the XORs) or below 0x20. Bytes after
+        // the first such one may be flagged falsely (a borrow), never bytes before it.
+        let found = (quote.wrapping_sub(ONES) & !quote
+            | backslash.wrapping_sub(ONES) & !backslash
+            | word.wrapping_sub(ONES * 0x20) & !word)
+            & HIGHS;
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while let Some(&byte) = bytes.get(at) {
+        if byte == b'"' || byte == b'\\' || byte < 0x20 {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,6 +584,23 @@ mod tests {
     fn pointer_segments_are_escaped() {
         let err = parse_strict(br#"{"a/b~c": {"k": 1, "k": 1}}"#).unwrap_err();
         assert_eq!(err.errors[0].pointer, "/a~1b~0c/k");
+    }
+
+    /// The word-at-a-time scan stops where a byte-by-byte one does, wherever in a word the
+    /// byte sits.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn plain_stops_at_the_first_quote_backslash_or_control_character() {
+        for at in 0..20 {
+            for byte in 0..=u8::MAX {
+                let mut text = vec![b'a'; 20];
+                text[at] = byte;
+                let stops = byte < 0x20 || byte == b'"' || byte == b'\\';
+                let expected = if stops { at } else { text.len() };
+                assert_eq!(plain(&text, 0), expected, "byte {byte:#x} at {at}");
+                assert_eq!(plain(&text, at.min(3)), expected.max(at.min(3)));
+            }
+        }
     }
 
     // Native only: proptest forks and times out with processes.

@@ -415,9 +415,10 @@ impl ShimmedRef {
 /// The canonical writer's pieces: JSON exactly as `serde_json`'s compact writer spells it.
 mod json {
     /// A string: copied whole between quotes when nothing in it needs an escape (a control
-    /// character, `"` or `\\`), else escaped by `serde_json`.
+    /// character, `"` or `\\`: `crate::json::plain` finds none), else escaped by `serde_json`.
     pub(super) fn string(out: &mut Vec<u8>, text: &str) {
-        if may_need_escape(text.as_bytes()) {
+        let bytes = text.as_bytes();
+        if crate::json::plain(bytes, 0) < bytes.len() {
             serialized(out, text);
         } else {
             out.reserve(text.len() + 2);
@@ -425,31 +426,6 @@ mod json {
             out.extend_from_slice(text.as_bytes());
             out.push(b'"');
         }
-    }
-
-    /// Whether `bytes` may hold a byte below 0x20, `"` or `\\`: eight bytes at a time, with
-    /// the word trick for "some byte is below n" (`(w - n·0x01…01) & !w & 0x80…80` is nonzero
-    /// exactly when one is). A false answer is exact; a true one only sends the string to
-    /// `serde_json`, which writes the same text either way.
-    pub(super) fn may_need_escape(bytes: &[u8]) -> bool {
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-        let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH;
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            let mut eight = [0; 8];
-            eight.copy_from_slice(word);
-            let word = u64::from_ne_bytes(eight);
-            let quote = word ^ (ONES * u64::from(b'"'));
-            let backslash = word ^ (ONES * u64::from(b'\\'));
-            if below(word, 0x20) | below(quote, 1) | below(backslash, 1) != 0 {
-                return true;
-            }
-        }
-        words
-            .remainder()
-            .iter()
-            .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
     }
 
     pub(super) fn strings(out: &mut Vec<u8>, texts: &[String]) {
@@ -843,24 +819,6 @@ mod tests {
                         created_at: Timestamp::from_millis(millis),
                     },
                 )
-        }
-
-        /// The word-at-a-time scan answers as a byte-by-byte one does, wherever in a word the
-        /// byte sits.
-        #[test]
-        fn the_escape_scan_finds_every_byte_that_needs_one() {
-            for at in 0..20 {
-                for byte in 0..=u8::MAX {
-                    let mut text = vec![b'a'; 20];
-                    text[at] = byte;
-                    let needs = byte < 0x20 || byte == b'"' || byte == b'\\';
-                    assert_eq!(
-                        json::may_need_escape(&text),
-                        needs,
-                        "byte {byte:#x} at {at}"
-                    );
-                }
-            }
         }
 
         proptest! {

@@ -269,7 +269,8 @@ pub(crate) fn raw_str(raw: Option<Raw<'_>>) -> Option<String> {
 pub(crate) fn raw_text<'a>(raw: Option<Raw<'a>>) -> Option<Cow<'a, str>> {
     let literal = raw?.get();
     let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
+    // memchr's vector search: the body's long strings (a system prompt) are read here.
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
         // No escapes: the text is what is written.
         return Some(Cow::Borrowed(inner));
     }

@@ -186,7 +186,7 @@ fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
 fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
     let mut at = at + 1;
     loop {
-        at = plain(bytes, at);
+        at = crate::json::plain(bytes, at);
         match *bytes.get(at)? {
             b'"' => return Some(at + 1),
             b'\\' => match *bytes.get(at + 1)? {
@@ -198,38 +198,6 @@ fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
             _ => return None,
         }
     }
-}
-
-/// The first position at or after `at` holding `"`, `\` or a control character (or the end):
-/// eight bytes at a time, each word tested for all three at once.
-fn plain(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let word = u64::from_le_bytes(chunk);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let backslash = word ^ (ONES * u64::from(b'\\'));
-        // A byte's high bit is set where it is zero (after the XORs) or below 0x20. Bytes after
-        // the first such one may be flagged falsely (a borrow), never bytes before it.
-        let found = (quote.wrapping_sub(ONES) & !quote
-            | backslash.wrapping_sub(ONES) & !backslash
-            | word.wrapping_sub(ONES * 0x20) & !word)
-            & HIGHS;
-        if found != 0 {
-            return at + (found.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while let Some(&byte) = bytes.get(at) {
-        if byte == b'"' || byte == b'\\' || byte < 0x20 {
-            break;
-        }
-        at += 1;
-    }
-    at
 }
 
 #[cfg(test)]
