@@ -5,7 +5,7 @@
 //! Matching is deterministic: rules are ordered by priority (highest first), then id; each match
 //! records which trigger fired. No network, no clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -283,12 +283,18 @@ impl RuleSet {
         if self.rules.is_empty() {
             return Vec::new();
         }
-        // Per rule: matched kinds and the first trigger of each kind.
-        let mut hits: HashMap<u32, (u8, [Option<String>; 4])> = HashMap::new();
-        let mut hit = |rule: u32, kind: u8, slot: usize, text: String| {
+        // Per rule: matched kinds and the first trigger of each kind. Ordered by rule (the
+        // order returned), and a trigger's text is made only for the first of its kind.
+        let mut hits: BTreeMap<u32, (u8, [Option<String>; 4])> = BTreeMap::new();
+        let mut hit = |rule: u32, kind: u8, slot: usize, prefix: &str, trigger: &str| {
             let entry = hits.entry(rule).or_insert((0, Default::default()));
             entry.0 |= kind;
-            entry.1[slot].get_or_insert(text);
+            entry.1[slot].get_or_insert_with(|| {
+                let mut text = String::with_capacity(prefix.len() + trigger.len());
+                text.push_str(prefix);
+                text.push_str(trigger);
+                text
+            });
         };
 
         if let Some(automaton) = &self.keywords {
@@ -303,7 +309,7 @@ impl RuleSet {
                     for &(rule, k) in owners {
                         let original =
                             &self.rules[rule as usize].provision.spec.triggers.keywords[k as usize];
-                        hit(rule, KEYWORD, 0, format!("keyword:{original}"));
+                        hit(rule, KEYWORD, 0, "keyword:", original);
                     }
                 }
             }
@@ -312,37 +318,34 @@ impl RuleSet {
             for i in regexes.matches(&envelope.user_text).iter() {
                 let (rule, k) = self.regex_owners[i];
                 let pattern = &self.rules[rule as usize].provision.spec.triggers.regex[k as usize];
-                hit(rule, REGEX, 1, format!("regex:{pattern}"));
+                hit(rule, REGEX, 1, "regex:", pattern);
             }
         }
         for path in &envelope.paths {
             self.globs.matches(path, &mut |i| {
                 let (rule, k) = self.glob_owners[i];
                 let glob = &self.rules[rule as usize].provision.spec.triggers.paths[k as usize];
-                hit(rule, PATH, 2, format!("path:{glob}"));
+                hit(rule, PATH, 2, "path:", glob);
             });
         }
         if !self.tools.is_empty() {
             for tool in envelope.tools_offered.iter().chain(&envelope.tools_called) {
                 if let Some(owners) = self.tools.get(tool) {
                     for &(rule, _) in owners {
-                        hit(rule, TOOL, 3, format!("tool:{tool}"));
+                        hit(rule, TOOL, 3, "tool:", tool);
                     }
                 }
             }
         }
 
-        let mut found: Vec<Tier1Hit> = hits
-            .into_iter()
+        hits.into_iter()
             .filter(|(_, (kinds, _))| *kinds != 0)
             .map(|(rule, (kinds, triggers))| Tier1Hit {
                 rule: rule as usize,
                 triggers: triggers.into_iter().flatten().collect(),
                 complete: kinds == self.rules[rule as usize].configured,
             })
-            .collect();
-        found.sort_by_key(|m| m.rule);
-        found
+            .collect()
     }
 }
 
