@@ -167,6 +167,9 @@ mod tests {
         tracing::info!("message only, with \u{1b}[31m an escape");
         tracing::info!(message = %"a message field", after = 1);
         tracing::info!(empty = tracing::field::Empty, after = 2);
+        // `log.` metadata (from the `log` crate's records) is not written, and no space is.
+        tracing::info!(log.target = "x", after = 3);
+        tracing::info!(before = 4, log.line = 12u64, after = 5);
         tracing::info_span!("nested", r#in = %"raw", plain = 7).in_scope(|| {
             tracing::error!(target: "tower_http::trace::on_failure", classification = %format_args!("Status code: {}", 500), "response failed");
         });
@@ -210,5 +213,7 @@ mod tests {
             "{plain}"
         );
         assert!(plain.contains("nested{in=raw plain=7}"), "{plain}");
+        assert!(plain.contains("tests: after=3\n"), "{plain}");
+        assert!(plain.contains("tests: before=4 after=5\n"), "{plain}");
     }
 }
