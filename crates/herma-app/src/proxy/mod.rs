@@ -36,6 +36,13 @@ use crate::App;
 use crate::memory::{TurnAnswer, TurnRecord};
 use observed::{ObservedBody, elapsed_micros};
 
+/// Room in a forwarded request's and a relayed response's header maps for the headers added
+/// after they are built — the credential and the HTTP client's own (`accept`, the body's
+/// length) on the way up; the receipt id, the request id and the edge's security headers on
+/// the way back — so that neither map is regrown (a regrowth rehashes every header, about 600
+/// instructions).
+const ROOM_FOR_ADDED_HEADERS: usize = 8;
+
 /// Names the project a request belongs to (entity memory is kept per project).
 pub const PROJECT_HEADER: &str = "x-herma-project";
 
@@ -422,7 +429,7 @@ impl App {
             .header("connection")
             .map(connection_tokens)
             .unwrap_or_default();
-        let mut headers = HeaderMap::with_capacity(request.headers.len() + 1);
+        let mut headers = HeaderMap::with_capacity(request.headers.len() + ROOM_FOR_ADDED_HEADERS);
         for (name, value) in &request.headers {
             let name_text = name.as_str();
             if forward_request_header(name_text) && !hop_by_hop.iter().any(|t| t == name_text) {
@@ -449,7 +456,7 @@ impl App {
             .iter()
             .flat_map(|v| connection_tokens(&String::from_utf8_lossy(v.as_bytes())))
             .collect();
-        let mut headers = HeaderMap::with_capacity(response.headers.len() + 1);
+        let mut headers = HeaderMap::with_capacity(response.headers.len() + ROOM_FOR_ADDED_HEADERS);
         // A `None` name is one more value of the name before it.
         let mut name: Option<HeaderName> = None;
         for (next, value) in response.headers {
