@@ -415,6 +415,53 @@ pub(crate) fn plain(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Appends `text` as a JSON string, exactly as serde_json writes it: copied whole between
+/// quotes when [`plain`] finds nothing in it that needs an escape, else escaped by serde_json.
+pub(crate) fn write_string(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    if plain(bytes, 0) < bytes.len() {
+        write_serialized(out, text);
+    } else {
+        out.reserve(bytes.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+    }
+}
+
+/// Appends `value` in decimal, as serde_json writes an unsigned integer.
+pub(crate) fn write_unsigned(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `value % 10` is a single digit.
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Appends `value` in decimal, as serde_json writes a signed integer.
+pub(crate) fn write_signed(out: &mut Vec<u8>, value: i64) {
+    if value < 0 {
+        out.push(b'-');
+    }
+    write_unsigned(out, value.unsigned_abs());
+}
+
+/// Appends what serde_json writes for `value` (nothing if it fails, which strings, numbers and
+/// JSON values never do in memory).
+pub(crate) fn write_serialized<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,6 +650,21 @@ mod tests {
                 // From a later start, too (at or before the byte).
                 assert_eq!(plain(&text, at.min(3)), expected);
             }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn integers_are_written_as_serde_json_writes_them() {
+        for value in [0, 1, 9, 10, 99, 1_796_000_000, -1, -10, i64::MAX, i64::MIN] {
+            let mut out = Vec::new();
+            write_signed(&mut out, value);
+            assert_eq!(out, serde_json::to_vec(&value).unwrap(), "{value}");
+        }
+        for value in [0, 7, 100, u64::MAX] {
+            let mut out = Vec::new();
+            write_unsigned(&mut out, value);
+            assert_eq!(out, serde_json::to_vec(&value).unwrap(), "{value}");
         }
     }
 

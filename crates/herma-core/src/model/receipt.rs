@@ -414,19 +414,9 @@ impl ShimmedRef {
 
 /// The canonical writer's pieces: JSON exactly as `serde_json`'s compact writer spells it.
 mod json {
-    /// A string: copied whole between quotes when nothing in it needs an escape (a control
-    /// character, `"` or `\\`: `crate::json::plain` finds none), else escaped by `serde_json`.
-    pub(super) fn string(out: &mut Vec<u8>, text: &str) {
-        let bytes = text.as_bytes();
-        if crate::json::plain(bytes, 0) < bytes.len() {
-            serialized(out, text);
-        } else {
-            out.reserve(text.len() + 2);
-            out.push(b'"');
-            out.extend_from_slice(text.as_bytes());
-            out.push(b'"');
-        }
-    }
+    pub(super) use crate::json::{
+        write_serialized as serialized, write_string as string, write_unsigned as unsigned,
+    };
 
     pub(super) fn strings(out: &mut Vec<u8>, texts: &[String]) {
         out.push(b'[');
@@ -441,31 +431,6 @@ mod json {
 
     pub(super) fn boolean(out: &mut Vec<u8>, value: bool) {
         out.extend_from_slice(if value { b"true" } else { b"false" });
-    }
-
-    /// An unsigned integer in decimal.
-    pub(super) fn unsigned(out: &mut Vec<u8>, mut value: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            // `value % 10` is a single digit.
-            digits[at] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
-        }
-        out.extend_from_slice(&digits[at..]);
-    }
-
-    /// What `serde_json` writes for `value`: a string, a float, a JSON value, none of which
-    /// can fail to serialize into memory (a float that is not finite is `null`).
-    pub(super) fn serialized<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-        let start = out.len();
-        if serde_json::to_writer(&mut *out, value).is_err() {
-            out.truncate(start);
-        }
     }
 }
 

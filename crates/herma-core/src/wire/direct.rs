@@ -66,6 +66,22 @@ impl Serialize for Id<'_> {
     }
 }
 
+impl Id<'_> {
+    /// Appends the id as a JSON string (what serializing it writes).
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+        let (prefix, hex) = (self.prefix.as_bytes(), self.hex.as_bytes());
+        if crate::json::plain(prefix, 0) < prefix.len() || crate::json::plain(hex, 0) < hex.len() {
+            write_json(out, self);
+        } else {
+            out.reserve(prefix.len() + hex.len() + 2);
+            out.push(b'"');
+            out.extend_from_slice(prefix);
+            out.extend_from_slice(hex);
+            out.push(b'"');
+        }
+    }
+}
+
 /// `{}`.
 #[derive(Serialize)]
 pub(crate) struct Empty {}

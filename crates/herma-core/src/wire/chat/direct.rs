@@ -2,32 +2,53 @@
 
 use serde::Serialize;
 
-use crate::wire::direct::{DirectAnswer, Id, NONE, write_json, write_json_event};
+use crate::wire::direct::{DirectAnswer, Id, write_json_event};
 use crate::wire::sse::write_event;
 
+/// Written by hand (every request a Chat rule answers writes it): byte for byte what
+/// serializing [`Completion`] gives, which the tests check.
 pub(super) fn json(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
-    write_json(
-        out,
-        &Completion {
-            id: answer.id("chatcmpl-"),
-            object: "chat.completion",
-            created: answer.seconds(),
-            model: answer.model,
-            choices: [Choice {
-                index: 0,
-                message: Message {
-                    role: "assistant",
-                    content: answer.text,
-                    refusal: (),
-                    annotations: NONE,
-                },
-                logprobs: (),
-                finish_reason: "stop",
-            }],
-            usage: Usage::default(),
-            system_fingerprint: (),
-        },
+    use crate::json::{write_signed, write_string};
+    out.extend_from_slice(b"{\"id\":");
+    answer.id("chatcmpl-").write_json(out);
+    out.extend_from_slice(b",\"object\":\"chat.completion\",\"created\":");
+    write_signed(out, answer.seconds());
+    out.extend_from_slice(b",\"model\":");
+    write_string(out, answer.model);
+    out.extend_from_slice(
+        b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
     );
+    write_string(out, answer.text);
+    out.extend_from_slice(
+        b",\"refusal\":null,\"annotations\":[]},\"logprobs\":null,\"finish_reason\":\"stop\"}],\
+          \"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0,\"total_tokens\":0,\
+          \"prompt_tokens_details\":{\"cached_tokens\":0},\
+          \"completion_tokens_details\":{\"reasoning_tokens\":0}},\"system_fingerprint\":null}",
+    );
+}
+
+/// The answer as the [`Completion`] it is, for the tests to serialize.
+#[cfg(test)]
+fn completion<'a>(answer: &'a DirectAnswer<'a>) -> Completion<'a> {
+    Completion {
+        id: answer.id("chatcmpl-"),
+        object: "chat.completion",
+        created: answer.seconds(),
+        model: answer.model,
+        choices: [Choice {
+            index: 0,
+            message: Message {
+                role: "assistant",
+                content: answer.text,
+                refusal: (),
+                annotations: crate::wire::direct::NONE,
+            },
+            logprobs: (),
+            finish_reason: "stop",
+        }],
+        usage: Usage::default(),
+        system_fingerprint: (),
+    }
 }
 
 pub(super) fn sse(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
@@ -85,6 +106,7 @@ fn chunk<'a>(
 
 // `()` is JSON's `null`, `NONE` its `[]`; members in the API's order.
 
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Serialize)]
 struct Completion<'a> {
     id: Id<'a>,
@@ -96,6 +118,7 @@ struct Completion<'a> {
     system_fingerprint: (),
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Serialize)]
 struct Choice<'a> {
     index: u32,
@@ -104,6 +127,7 @@ struct Choice<'a> {
     finish_reason: &'static str,
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
@@ -162,4 +186,44 @@ struct CachedTokens {
 #[derive(Clone, Copy, Default, Serialize)]
 struct ReasoningTokens {
     reasoning_tokens: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Timestamp;
+    use crate::wire::Protocol;
+
+    /// The hand-written answer is what serializing the `Completion` gives, for texts and models
+    /// that need escapes and those that do not, ids, and times before 1970.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn the_json_answer_is_the_completion_serialized() {
+        let texts = [
+            "Deploys are frozen.",
+            "",
+            "a \"quoted\"\nline\t\u{1}\\ é \u{2028} 😀",
+            "</script>",
+        ];
+        for (i, text) in texts.into_iter().enumerate() {
+            for (model, id_hex, millis) in [
+                ("gpt-4o", "0f1e2d3c4b5a6978", 1_796_000_000_123),
+                ("m\"odel\u{7f}", "", -1_500),
+                ("", "a\"b", 0),
+            ] {
+                let answer = DirectAnswer {
+                    protocol: Protocol::ChatCompletions,
+                    model,
+                    text,
+                    id_hex,
+                    created: Timestamp::from_millis(millis),
+                    stream_usage: i % 2 == 0,
+                };
+                let mut out = Vec::new();
+                json(&answer, &mut out);
+                let expected = serde_json::to_string(&completion(&answer)).unwrap();
+                assert_eq!(String::from_utf8(out).unwrap(), expected);
+            }
+        }
+    }
 }
