@@ -429,6 +429,23 @@ pub(crate) fn write_string(out: &mut Vec<u8>, text: &str) {
     }
 }
 
+/// Appends `texts` as a JSON array of strings ([`write_string`] each).
+pub(crate) fn write_strings(out: &mut Vec<u8>, texts: &[String]) {
+    out.push(b'[');
+    for (i, text) in texts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(out, text);
+    }
+    out.push(b']');
+}
+
+/// Appends `true` or `false`.
+pub(crate) fn write_bool(out: &mut Vec<u8>, value: bool) {
+    out.extend_from_slice(if value { b"true" } else { b"false" });
+}
+
 /// Appends `value` in decimal, as serde_json writes an unsigned integer.
 pub(crate) fn write_unsigned(out: &mut Vec<u8>, mut value: u64) {
     let mut digits = [0u8; 20];

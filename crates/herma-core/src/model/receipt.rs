@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::context::ContextKind;
 use crate::caller::CallerScope;
+use crate::json::{write_bool, write_serialized, write_string, write_strings, write_unsigned};
 use crate::time::Timestamp;
 
 /// Which tier decided a match.
@@ -229,15 +230,15 @@ impl ReceiptBody {
             created_at,
         } = self;
         out.extend_from_slice(b"{\"caller_scope\":");
-        json::string(out, caller_scope.as_str());
+        write_string(out, caller_scope.as_str());
         out.extend_from_slice(b",\"protocol\":");
-        json::string(out, protocol);
+        write_string(out, protocol);
         out.extend_from_slice(b",\"conversation_id\":");
-        json::string(out, conversation_id);
+        write_string(out, conversation_id);
         out.extend_from_slice(b",\"model\":");
-        json::string(out, model);
+        write_string(out, model);
         out.extend_from_slice(b",\"action\":");
-        json::string(out, action.as_str());
+        write_string(out, action.as_str());
         out.extend_from_slice(b",\"matched\":[");
         for (i, rule) in matched.iter().enumerate() {
             if i > 0 {
@@ -255,15 +256,15 @@ impl ReceiptBody {
         out.push(b']');
         if !unresolved_context_refs.is_empty() {
             out.extend_from_slice(b",\"unresolved_context_refs\":");
-            json::strings(out, unresolved_context_refs);
+            write_strings(out, unresolved_context_refs);
         }
         if let Some(status) = upstream_status {
             out.extend_from_slice(b",\"upstream_status\":");
-            json::unsigned(out, u64::from(*status));
+            write_unsigned(out, u64::from(*status));
         }
         if let Some(usage) = usage {
             out.extend_from_slice(b",\"usage\":");
-            json::serialized(out, usage);
+            write_serialized(out, usage);
         }
         let Timings {
             decision_micros,
@@ -271,26 +272,26 @@ impl ReceiptBody {
             total_micros,
         } = timings;
         out.extend_from_slice(b",\"timings\":{\"decision_micros\":");
-        json::unsigned(out, *decision_micros);
+        write_unsigned(out, *decision_micros);
         if let Some(micros) = upstream_headers_micros {
             out.extend_from_slice(b",\"upstream_headers_micros\":");
-            json::unsigned(out, *micros);
+            write_unsigned(out, *micros);
         }
         if let Some(micros) = total_micros {
             out.extend_from_slice(b",\"total_micros\":");
-            json::unsigned(out, *micros);
+            write_unsigned(out, *micros);
         }
         out.push(b'}');
         if let Some(end) = stream_end {
             out.extend_from_slice(b",\"stream_end\":");
-            json::string(out, end.as_str());
+            write_string(out, end.as_str());
         }
         if let Some(code) = error {
             out.extend_from_slice(b",\"error\":");
-            json::string(out, code.as_str());
+            write_string(out, code.as_str());
         }
         out.extend_from_slice(b",\"created_at\":");
-        json::string(out, &created_at.to_rfc3339());
+        write_string(out, &created_at.to_rfc3339());
         out.push(b'}');
     }
 
@@ -347,24 +348,24 @@ impl MatchedRule {
             confidence,
         } = self;
         out.extend_from_slice(b"{\"provision_id\":");
-        json::string(out, provision_id);
+        write_string(out, provision_id);
         out.extend_from_slice(b",\"version\":");
-        json::unsigned(out, *version);
+        write_unsigned(out, *version);
         out.extend_from_slice(b",\"builtin\":");
-        json::boolean(out, *builtin);
+        write_bool(out, *builtin);
         out.extend_from_slice(b",\"tier\":");
-        json::string(out, tier.as_str());
+        write_string(out, tier.as_str());
         out.extend_from_slice(b",\"trigger\":");
-        json::string(out, trigger);
+        write_string(out, trigger);
         out.extend_from_slice(b",\"applied\":");
-        json::boolean(out, *applied);
+        write_bool(out, *applied);
         if let Some(score) = score {
             out.extend_from_slice(b",\"score\":");
-            json::serialized(out, score);
+            write_serialized(out, score);
         }
         if let Some(confidence) = confidence {
             out.extend_from_slice(b",\"confidence\":");
-            json::serialized(out, confidence);
+            write_serialized(out, confidence);
         }
         out.push(b'}');
     }
@@ -385,52 +386,30 @@ impl ShimmedRef {
             blob_digests,
         } = self;
         out.extend_from_slice(b"{\"id\":");
-        json::string(out, id);
+        write_string(out, id);
         out.extend_from_slice(b",\"version\":");
-        json::unsigned(out, *version);
+        write_unsigned(out, *version);
         out.extend_from_slice(b",\"kind\":");
-        json::string(out, kind.as_str());
+        write_string(out, kind.as_str());
         out.extend_from_slice(b",\"builtin\":");
-        json::boolean(out, *builtin);
+        write_bool(out, *builtin);
         out.extend_from_slice(b",\"chars\":");
-        json::unsigned(out, *chars);
+        write_unsigned(out, *chars);
         out.extend_from_slice(b",\"truncated\":");
-        json::boolean(out, *truncated);
+        write_bool(out, *truncated);
         if let Some(uri) = record_uri {
             out.extend_from_slice(b",\"record_uri\":");
-            json::string(out, uri);
+            write_string(out, uri);
         }
         if let Some(version) = record_version {
             out.extend_from_slice(b",\"record_version\":");
-            json::unsigned(out, *version);
+            write_unsigned(out, *version);
         }
         if !blob_digests.is_empty() {
             out.extend_from_slice(b",\"blob_digests\":");
-            json::strings(out, blob_digests);
+            write_strings(out, blob_digests);
         }
         out.push(b'}');
-    }
-}
-
-/// The canonical writer's pieces: JSON exactly as `serde_json`'s compact writer spells it.
-mod json {
-    pub(super) use crate::json::{
-        write_serialized as serialized, write_string as string, write_unsigned as unsigned,
-    };
-
-    pub(super) fn strings(out: &mut Vec<u8>, texts: &[String]) {
-        out.push(b'[');
-        for (i, text) in texts.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(out, text);
-        }
-        out.push(b']');
-    }
-
-    pub(super) fn boolean(out: &mut Vec<u8>, value: bool) {
-        out.extend_from_slice(if value { b"true" } else { b"false" });
     }
 }
 

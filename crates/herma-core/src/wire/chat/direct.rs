@@ -6,7 +6,7 @@ use crate::wire::direct::{DirectAnswer, Id, write_json_event};
 use crate::wire::sse::write_event;
 
 /// Written by hand (every request a Chat rule answers writes it): byte for byte what
-/// serializing [`Completion`] gives, which the tests check.
+/// serializing the tests' `Completion` (the answer as the API's types) gives.
 pub(super) fn json(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
     use crate::json::{write_signed, write_string};
     out.extend_from_slice(b"{\"id\":");
@@ -25,30 +25,6 @@ pub(super) fn json(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
           \"prompt_tokens_details\":{\"cached_tokens\":0},\
           \"completion_tokens_details\":{\"reasoning_tokens\":0}},\"system_fingerprint\":null}",
     );
-}
-
-/// The answer as the [`Completion`] it is, for the tests to serialize.
-#[cfg(test)]
-fn completion<'a>(answer: &'a DirectAnswer<'a>) -> Completion<'a> {
-    Completion {
-        id: answer.id("chatcmpl-"),
-        object: "chat.completion",
-        created: answer.seconds(),
-        model: answer.model,
-        choices: [Choice {
-            index: 0,
-            message: Message {
-                role: "assistant",
-                content: answer.text,
-                refusal: (),
-                annotations: crate::wire::direct::NONE,
-            },
-            logprobs: (),
-            finish_reason: "stop",
-        }],
-        usage: Usage::default(),
-        system_fingerprint: (),
-    }
 }
 
 pub(super) fn sse(answer: &DirectAnswer<'_>, out: &mut Vec<u8>) {
@@ -105,36 +81,6 @@ fn chunk<'a>(
 }
 
 // `()` is JSON's `null`, `NONE` its `[]`; members in the API's order.
-
-#[cfg_attr(not(test), allow(dead_code))]
-#[derive(Serialize)]
-struct Completion<'a> {
-    id: Id<'a>,
-    object: &'static str,
-    created: i64,
-    model: &'a str,
-    choices: [Choice<'a>; 1],
-    usage: Usage,
-    system_fingerprint: (),
-}
-
-#[cfg_attr(not(test), allow(dead_code))]
-#[derive(Serialize)]
-struct Choice<'a> {
-    index: u32,
-    message: Message<'a>,
-    logprobs: (),
-    finish_reason: &'static str,
-}
-
-#[cfg_attr(not(test), allow(dead_code))]
-#[derive(Serialize)]
-struct Message<'a> {
-    role: &'static str,
-    content: &'a str,
-    refusal: (),
-    annotations: [(); 0],
-}
 
 #[derive(Serialize)]
 struct Chunk<'a> {
@@ -193,6 +139,57 @@ mod tests {
     use super::*;
     use crate::time::Timestamp;
     use crate::wire::Protocol;
+
+    /// The answer as the API's types (members in its order), which serde serializes: what
+    /// `json` must write.
+    fn completion<'a>(answer: &'a DirectAnswer<'a>) -> Completion<'a> {
+        Completion {
+            id: answer.id("chatcmpl-"),
+            object: "chat.completion",
+            created: answer.seconds(),
+            model: answer.model,
+            choices: [Choice {
+                index: 0,
+                message: Message {
+                    role: "assistant",
+                    content: answer.text,
+                    refusal: (),
+                    annotations: crate::wire::direct::NONE,
+                },
+                logprobs: (),
+                finish_reason: "stop",
+            }],
+            usage: Usage::default(),
+            system_fingerprint: (),
+        }
+    }
+
+    #[derive(Serialize)]
+    struct Completion<'a> {
+        id: Id<'a>,
+        object: &'static str,
+        created: i64,
+        model: &'a str,
+        choices: [Choice<'a>; 1],
+        usage: Usage,
+        system_fingerprint: (),
+    }
+
+    #[derive(Serialize)]
+    struct Choice<'a> {
+        index: u32,
+        message: Message<'a>,
+        logprobs: (),
+        finish_reason: &'static str,
+    }
+
+    #[derive(Serialize)]
+    struct Message<'a> {
+        role: &'static str,
+        content: &'a str,
+        refusal: (),
+        annotations: [(); 0],
+    }
 
     /// The hand-written answer is what serializing the `Completion` gives, for texts and models
     /// that need escapes and those that do not, ids, and times before 1970.
