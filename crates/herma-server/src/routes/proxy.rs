@@ -4,7 +4,7 @@
 use web_time::Instant;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use herma_app::metrics::{ProxyOutcome, RequestAction};
@@ -39,19 +39,15 @@ impl IntoResponse for ProtocolError {
     }
 }
 
-async fn handle(
-    state: AppState,
-    route: ProxyRoute,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+/// Every proxied route: the request is taken whole and split (axum's `Method`, `Uri` and
+/// `HeaderMap` extractors would each clone their part, the header map with every entry).
+async fn handle(state: AppState, route: ProxyRoute, request: Request) -> Response {
     let protocol = match route {
         ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
     };
+    let (parts, body) = request.into_parts();
     let (mut response, action, added_micros) =
-        relay(state, route, method, uri, headers, body).await;
+        relay(state, route, parts.method, parts.uri, parts.headers, body).await;
     // For `GET /metrics`: what happened, and Herma's own share of the latency.
     response.extensions_mut().insert(ProxyOutcome {
         protocol: protocol.as_str(),
@@ -185,20 +181,11 @@ async fn relay(
         (status = 401, description = "Invalid Herma key (OpenAI error shape)"),
         (status = 403, description = "Refused: contributor-tier model, upstream host not allowed, …")),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+pub async fn chat_completions(State(state): State<AppState>, request: Request) -> Response {
     handle(
         state,
         ProxyRoute::Protocol(Protocol::ChatCompletions),
-        method,
-        uri,
-        headers,
-        body,
+        request,
     )
     .await
 }
@@ -210,22 +197,8 @@ pub async fn chat_completions(
         example = json!({"model": "gpt-5-codex", "input": [{"type": "message", "role": "user", "content": "/herma"}]})),
     responses((status = 200, description = "The response, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key")),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn responses(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(
-        state,
-        ProxyRoute::Protocol(Protocol::Responses),
-        method,
-        uri,
-        headers,
-        body,
-    )
-    .await
+pub async fn responses(State(state): State<AppState>, request: Request) -> Response {
+    handle(state, ProxyRoute::Protocol(Protocol::Responses), request).await
 }
 
 /// Anthropic Messages through Herma.
@@ -235,22 +208,8 @@ pub async fn responses(
         example = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "/herma"}]})),
     responses((status = 200, description = "The message, as JSON or an SSE stream"), (status = 401, description = "Invalid Herma key (Anthropic error shape)")),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn messages(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(
-        state,
-        ProxyRoute::Protocol(Protocol::Messages),
-        method,
-        uri,
-        headers,
-        body,
-    )
-    .await
+pub async fn messages(State(state): State<AppState>, request: Request) -> Response {
+    handle(state, ProxyRoute::Protocol(Protocol::Messages), request).await
 }
 
 /// Anthropic token counting, forwarded as it is.
@@ -259,22 +218,8 @@ pub async fn messages(
         example = json!({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "How many tokens is this?"}]})),
     responses((status = 200, description = "The upstream's answer")),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn count_tokens(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(
-        state,
-        ProxyRoute::Passthrough(Protocol::Messages),
-        method,
-        uri,
-        headers,
-        body,
-    )
-    .await
+pub async fn count_tokens(State(state): State<AppState>, request: Request) -> Response {
+    handle(state, ProxyRoute::Passthrough(Protocol::Messages), request).await
 }
 
 /// The upstream's model list, forwarded as it is (Anthropic credential style when the client
@@ -282,25 +227,11 @@ pub async fn count_tokens(
 #[utoipa::path(get, path = "/v1/models", tag = "proxy",
     responses((status = 200, description = "The upstream's answer")),
     security(("bearer" = []), ("api_key" = [])))]
-pub async fn models(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let protocol = if headers.contains_key("anthropic-version") {
+pub async fn models(State(state): State<AppState>, request: Request) -> Response {
+    let protocol = if request.headers().contains_key("anthropic-version") {
         Protocol::Messages
     } else {
         Protocol::ChatCompletions
     };
-    handle(
-        state,
-        ProxyRoute::Passthrough(protocol),
-        method,
-        uri,
-        headers,
-        body,
-    )
-    .await
+    handle(state, ProxyRoute::Passthrough(protocol), request).await
 }
