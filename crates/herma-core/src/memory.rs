@@ -236,8 +236,6 @@ pub fn observations(
 /// working directory the harness states in its system prompt (Claude Code's `Working directory:
 /// /path`, Codex's `<cwd>/path</cwd>`), else `default`.
 pub fn project_tag(header: Option<&str>, system: Option<&str>) -> String {
-    static CWD: LazyLock<Option<Regex>> =
-        LazyLock::new(|| re(r"(?:Working directory: |<cwd>)([^\s<]+)"));
     let clean = |raw: &str| -> Option<String> {
         let tag: String = raw
             .trim()
@@ -250,17 +248,34 @@ pub fn project_tag(header: Option<&str>, system: Option<&str>) -> String {
     if let Some(tag) = header.and_then(clean) {
         return tag;
     }
-    // The whole match less its literal prefix is the group: `find` spares a capture search
-    // over the whole system prompt.
     system
-        .and_then(|s| CWD.as_ref()?.find(s))
-        .and_then(|m| {
-            let text = m.as_str();
-            text.strip_prefix("Working directory: ")
-                .or_else(|| text.strip_prefix("<cwd>"))
-        })
+        .and_then(working_directory)
         .and_then(|dir| dir.trim_end_matches('/').rsplit('/').next().and_then(clean))
         .unwrap_or_else(|| "default".to_owned())
+}
+
+/// The directory a system prompt states: what `(?:Working directory: |<cwd>)([^\s<]+)` would
+/// capture at its leftmost match — the earliest marker followed by a run of characters that
+/// are neither white space (Unicode's, as the pattern's `\s`) nor `<`, the whole run. Two
+/// substring searches (this runs on every turn's system prompt, often kilobytes; the regex's
+/// search cost about five times as much).
+fn working_directory(system: &str) -> Option<&str> {
+    use memchr::memmem::Finder;
+    static MARKERS: LazyLock<[Finder<'static>; 2]> =
+        LazyLock::new(|| [Finder::new("Working directory: "), Finder::new("<cwd>")]);
+    let stops = |c: char| c.is_whitespace() || c == '<';
+    MARKERS
+        .iter()
+        .filter_map(|marker| {
+            // Neither marker overlaps itself, so its occurrences are all found in turn.
+            marker.find_iter(system.as_bytes()).find_map(|at| {
+                let rest = system.get(at + marker.needle().len()..)?;
+                let run = rest.find(stops).unwrap_or(rest.len());
+                (run > 0).then(|| (at, &rest[..run]))
+            })
+        })
+        .min_by_key(|&(at, _)| at)
+        .map(|(_, dir)| dir)
 }
 
 /// How often a rule was applied and followed by an error (for insights and candidates).
@@ -482,6 +497,18 @@ mod tests {
         ) {
             set_agrees_with_each_pattern(&parts.concat());
         }
+
+        #[test]
+        fn the_working_directory_is_what_the_pattern_captures_in_any_text(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "Working directory: ", "Working directory:", "Working", " directory: ", "<cwd>",
+                "<cwd", "cwd>", "<", "/", "a", "é", " ", "\t", "\n", "\u{a0}", "\u{2028}",
+                "\u{3000}", "\u{85}", "\u{1680}", "\u{180e}", "\u{200b}", "</cwd>", "😀",
+            ]), 0..16),
+        ) {
+            let text = parts.concat();
+            proptest::prop_assert_eq!(working_directory(&text), working_directory_by_regex(&text));
+        }
     }
 
     #[test]
@@ -588,6 +615,39 @@ mod tests {
         assert_eq!(project_tag(None, Some("<cwd>/repo/svc/</cwd>")), "svc");
         assert_eq!(project_tag(Some("  "), None), "default");
         assert_eq!(project_tag(Some("a b/c"), None), "abc");
+    }
+
+    /// The pattern `working_directory` stands for, as the tests' reference.
+    fn working_directory_by_regex(system: &str) -> Option<&str> {
+        static CWD: LazyLock<Option<Regex>> =
+            LazyLock::new(|| re(r"(?:Working directory: |<cwd>)([^\s<]+)"));
+        CWD.as_ref()?.captures(system)?.get(1).map(|m| m.as_str())
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn the_working_directory_is_what_the_pattern_captures() {
+        for text in [
+            "",
+            "Working directory: /a/b",
+            "<cwd>/x</cwd> then Working directory: /y",
+            "Working directory: /y then <cwd>/x</cwd>",
+            "Working directory:  /spaced",
+            "<cwd><cwd>/inner</cwd>",
+            "<cwd>\u{a0}/nbsp <cwd>/after",
+            "Working directory: \u{2003}x Working directory: /ok",
+            "Working directory: /é/ü\u{3000}rest",
+            "Working directory: <cwd>/both",
+            "WorkingWorking directory: /p<cwd>/q",
+            "<cwd>",
+            "tail Working directory: ",
+        ] {
+            assert_eq!(
+                working_directory(text),
+                working_directory_by_regex(text),
+                "{text:?}"
+            );
+        }
     }
 
     fn entity(kind: EntityKind, value: &str, count: u64) -> WorkingEntity {

@@ -343,7 +343,17 @@ pub(crate) fn content_text(content: Option<Raw<'_>>, text_types: &[&str]) -> Opt
         })
         .filter_map(|block| block.str("text"))
         .collect();
-    (!parts.is_empty()).then(|| parts.join("\n"))
+    joined_lines(parts)
+}
+
+/// `parts` joined with newlines, none without any; a single part is kept as it is (a system
+/// prompt is often one part of kilobytes, which joining would copy).
+pub(crate) fn joined_lines(mut parts: Vec<String>) -> Option<String> {
+    match parts.len() {
+        0 => None,
+        1 => parts.pop(),
+        _ => Some(parts.join("\n")),
+    }
 }
 
 // ---- walking validated JSON ---------------------------------------------------------------

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
+    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, joined_lines, offset_in, push_unique,
+    raw_bool,
 };
 use crate::wire::{
     Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS, MAX_TOOL_RESULTS, Piece, Protocol,
@@ -126,7 +127,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
         stream: raw_bool(top.get("stream")).unwrap_or(false),
         stream_usage: raw_bool(Obj::of(top.get("stream_options")).get("include_usage"))
             .unwrap_or(false),
-        system: (!system_parts.is_empty()).then(|| system_parts.join("\n")),
+        system: joined_lines(system_parts),
         user_text,
         tools_offered,
         tools_called,

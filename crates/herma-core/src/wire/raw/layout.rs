@@ -28,6 +28,9 @@ pub(crate) struct Layout<'a> {
 const BYTES_PER_NOTE: usize = 16;
 /// Containers any body may have noted.
 const ALWAYS_NOTED: usize = 64;
+/// Containers open at once that the walk makes room for at its start (more are fine: its
+/// stacks grow).
+const NESTING_ROOM: usize = 16;
 
 impl<'a> Layout<'a> {
     /// The layout of `text` if it is one JSON value as serde_json would skip it; `None` when it
@@ -43,8 +46,9 @@ impl<'a> Layout<'a> {
         };
         // Whether each open container is an object, innermost last; and which of `opens` the
         // noted ones among them are (always the outermost: noting stops for good at `budget`).
-        let mut objects: Vec<bool> = Vec::new();
-        let mut noted: Vec<u32> = Vec::new();
+        // Room for the nesting of any request a harness sends, so neither grows on the way.
+        let mut objects: Vec<bool> = Vec::with_capacity(NESTING_ROOM);
+        let mut noted: Vec<u32> = Vec::with_capacity(NESTING_ROOM);
         let mut at = skip_space(bytes, 0);
         'value: loop {
             // `at` is where a value starts.

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use crate::wire::chat::tool_name as chat_tool_name;
 use crate::wire::raw::{
-    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, offset_in, push_unique, raw_bool,
-    raw_objects, raw_str,
+    DECIDED_MEMBERS, Layout, Obj, Raw, bounded, content_text, joined_lines, offset_in, push_unique,
+    raw_bool, raw_objects, raw_str,
 };
 use crate::wire::{
     Conversation, ConversationSource, Envelope, Insertion, MAX_TOOL_NAMES, MAX_TOOL_RESULT_CHARS,
@@ -177,7 +177,7 @@ pub(super) fn read(body: &str) -> Result<Envelope, serde_json::Error> {
                 _ => {}
             }
         }
-        envelope.system = (!system_parts.is_empty()).then(|| system_parts.join("\n"));
+        envelope.system = joined_lines(system_parts);
         // Each model response is a run of output items between inputs.
         let mut responses = 0;
         let mut in_output = false;
