@@ -35,7 +35,7 @@ struct CachedKey {
 #[derive(Clone)]
 struct KnownKey {
     digest: KeyDigest,
-    principal: KeyPrincipal,
+    principal: Arc<KeyPrincipal>,
     revoked: bool,
 }
 
@@ -105,7 +105,7 @@ impl Gate {
         Ok(principal)
     }
 
-    async fn verify_key(&self, key: &PresentedKey) -> Result<KeyPrincipal, Problem> {
+    async fn verify_key(&self, key: &PresentedKey) -> Result<Arc<KeyPrincipal>, Problem> {
         let now = self.clock.now();
         let cached = match self.cached(key.key_id(), now) {
             Some(cached) => cached,
@@ -115,13 +115,13 @@ impl Gate {
                     known: stored.map(|k| KnownKey {
                         digest: k.digest.clone(),
                         revoked: k.is_revoked(),
-                        principal: KeyPrincipal {
+                        principal: Arc::new(KeyPrincipal {
                             key_id: k.key_id,
                             caller_scope: k.caller_scope,
                             scopes: k.scopes,
                             harness: k.harness,
                             cohorts: k.cohorts,
-                        },
+                        }),
                     }),
                     fetched_at: now,
                 };

@@ -2,6 +2,8 @@
 //! is navigating, whether the edge secret matches, and whether a principal may do an operation.
 //! Looking a key up is the caller's job; everything decided here is pure.
 
+use std::sync::Arc;
+
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -32,7 +34,8 @@ pub enum PresentedCredential {
 /// Who is calling, once verified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Principal {
-    Key(KeyPrincipal),
+    /// Shared with the gate's cache of verified keys: admitting a request clones no strings.
+    Key(Arc<KeyPrincipal>),
     /// The bootstrap `HERMA_ADMIN_TOKEN`: admin routes only; it owns no records.
     Bootstrap,
 }
@@ -238,13 +241,13 @@ mod tests {
 
     fn key_principal(scopes: &[Scope], harness: Option<&str>) -> Principal {
         let id = KeyId::parse("0123456789abcdef").unwrap();
-        Principal::Key(KeyPrincipal {
+        Principal::Key(Arc::new(KeyPrincipal {
             caller_scope: CallerScope::for_key(&id),
             key_id: id,
             scopes: Scopes::new(scopes.iter().copied()),
             harness: harness.map(str::to_owned),
             cohorts: Vec::new(),
-        })
+        }))
     }
 
     #[test]

@@ -113,7 +113,7 @@ async fn caller_scope(
     let facts = herma_server::extract::GateFacts::from_headers(headers.clone());
     facts.repeated().ok()?;
     match app.gate.authenticate(&facts.request()).await.ok()? {
-        herma_core::gate::Principal::Key(key) => Some(key.caller_scope),
+        herma_core::gate::Principal::Key(key) => Some(key.caller_scope.clone()),
         herma_core::gate::Principal::Bootstrap => None,
     }
 }

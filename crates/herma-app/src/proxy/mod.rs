@@ -12,6 +12,8 @@ mod plan;
 
 pub use plan::{Claims, Plan, PlannedAction};
 
+use std::sync::Arc;
+
 use web_time::Instant;
 
 use bytes::Bytes;
@@ -58,7 +60,7 @@ pub enum ProxyRoute {
 }
 
 pub struct ProxyRequest {
-    pub principal: KeyPrincipal,
+    pub principal: Arc<KeyPrincipal>,
     pub route: ProxyRoute,
     pub method: String,
     pub path: String,
@@ -176,18 +178,17 @@ impl App {
         }
         // Decided before planning, so a request that cannot be forwarded spends no claims.
         let target = self.resolve_target(&request, protocol);
-        let scope = request.principal.caller_scope.clone();
-        let snapshot = self.rules.snapshot(&scope, Mode::Online).await?;
+        let scope = &request.principal.caller_scope;
+        let snapshot = self.rules.snapshot(scope, Mode::Online).await?;
         let plan = self
-            .plan(&scope, &snapshot, &envelope, Claims::Write, target.is_ok())
+            .plan(scope, &snapshot, &envelope, Claims::Write, target.is_ok())
             .await?;
         let receipt_id = self.receipt_id()?;
-        let model = envelope.model.clone().unwrap_or_default();
         let mut receipt = ReceiptBody {
             caller_scope: scope.clone(),
             protocol: protocol.as_str().to_owned(),
             conversation_id: envelope.conversation.id.clone(),
-            model: model.clone(),
+            model: envelope.model.clone().unwrap_or_default(),
             action: ReceiptAction::Forwarded,
             matched: plan.matched,
             shimmed_context_refs: Vec::new(),
@@ -209,7 +210,7 @@ impl App {
                 let id_hex = self.new_id("", 12)?;
                 let answer = DirectAnswer {
                     protocol,
-                    model: &model,
+                    model: &receipt.model,
                     text: &text,
                     id_hex: &id_hex,
                     created: self.clock.now(),
@@ -263,7 +264,7 @@ impl App {
             Ok(sent) => sent,
             Err(problem) => {
                 // The shim never reached the model: give the once-only claims back.
-                self.release(&scope, &envelope, &plan.claimed).await;
+                self.release(scope, &envelope, &plan.claimed).await;
                 receipt.error = Some(problem.code);
                 receipt.timings.total_micros = Some(elapsed_micros(request.received));
                 self.receipts.submit(receipt.seal(receipt_id.clone())).await;
@@ -274,7 +275,7 @@ impl App {
             }
         };
         if !(200..300).contains(&status) {
-            self.release(&scope, &envelope, &plan.claimed).await;
+            self.release(scope, &envelope, &plan.claimed).await;
         }
         receipt.upstream_status = Some(status);
         receipt.timings.upstream_headers_micros = Some(elapsed_micros(request.received));

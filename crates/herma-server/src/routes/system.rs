@@ -97,7 +97,7 @@ pub async fn whoami(State(state): State<AppState>, facts: GateFacts) -> ApiResul
         Principal::Key(k) => WhoAmI {
             caller_scope: Some(k.caller_scope.to_string()),
             scopes: k.scopes.iter().map(|s| s.as_str()).collect(),
-            harness: k.harness,
+            harness: k.harness.clone(),
             bootstrap: false,
         },
     }))
