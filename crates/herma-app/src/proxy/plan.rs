@@ -70,6 +70,9 @@ impl App {
             crate::tiers::evaluate(&self.tiers, rules, &snapshot.semantic, envelope, mode).await;
         self.metrics.record_tiers(&evaluation);
         let shims_possible = can_forward && envelope.insertion.is_some();
+        // What deciding reads of a match is its rule (and through it the spec); `matched`
+        // below comes from `all`. So the candidates go without their trigger texts, which
+        // each clone of them (here, per `decide`, for the deciding match) would copy.
         let mut remaining: Vec<RuleMatch> = all
             .iter()
             .filter(|m| match spec(m).action {
@@ -82,7 +85,13 @@ impl App {
                             .any(|r| snapshot.context_entry(r).is_some())
                 }
             })
-            .cloned()
+            .map(|m| RuleMatch {
+                rule: m.rule,
+                triggers: Vec::new(),
+                tier: m.tier,
+                score: m.score,
+                confidence: m.confidence,
+            })
             .collect();
         let writes =
             claims == Claims::Write && envelope.conversation.source != ConversationSource::None;
