@@ -257,8 +257,8 @@ pub fn project_tag(header: Option<&str>, system: Option<&str>) -> String {
 /// The directory a system prompt states: what `(?:Working directory: |<cwd>)([^\s<]+)` would
 /// capture at its leftmost match — the earliest marker followed by a run of characters that
 /// are neither white space (Unicode's, as the pattern's `\s`) nor `<`, the whole run. Two
-/// substring searches (this runs on every turn's system prompt, often kilobytes; the regex's
-/// search cost about five times as much).
+/// substring searches: this runs on every turn's system prompt, often kilobytes, where the
+/// regex's prefilter set-up and search took about 1.9 K instructions a turn.
 fn working_directory(system: &str) -> Option<&str> {
     use memchr::memmem::Finder;
     static MARKERS: LazyLock<[Finder<'static>; 2]> =
