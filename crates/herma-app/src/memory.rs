@@ -25,7 +25,8 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// Response bytes kept for extraction at most.
 pub const MAX_CAPTURED_RESPONSE: usize = 256 * 1024;
-const MAX_RESPONSE_TEXT: usize = 64 * 1024;
+/// Characters of an answer's text read for extraction at most.
+pub const MAX_RESPONSE_TEXT: usize = 64 * 1024;
 
 /// What one turn leaves for memory.
 #[derive(Clone, Debug)]
@@ -53,6 +54,9 @@ pub enum TurnAnswer {
     Relayed { body: Vec<u8>, streaming: bool },
     /// Herma's own direct answer: its text (what reading the rendered answer back would give).
     Direct(String),
+    /// A relayed JSON answer's text, read (up to [`MAX_RESPONSE_TEXT`] characters) where the
+    /// answer ended, in the same reading as its usage: what reading the bytes would give.
+    Read(String),
 }
 
 enum Message {
@@ -288,7 +292,9 @@ async fn process(
             body,
             MAX_RESPONSE_TEXT,
         )),
-        TurnAnswer::Direct(text) => Cow::Borrowed(first_chars(text, MAX_RESPONSE_TEXT)),
+        TurnAnswer::Direct(text) | TurnAnswer::Read(text) => {
+            Cow::Borrowed(first_chars(text, MAX_RESPONSE_TEXT))
+        }
     };
     let seen = observations(&turn.paths, &turn.user_text, &turn.tool_results, &answer);
     if !seen.is_empty() {

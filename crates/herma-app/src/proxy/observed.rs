@@ -13,7 +13,9 @@ use herma_core::wire::Protocol;
 use herma_core::wire::usage::UsageObserver;
 use herma_providers::{BodyStream, UpstreamError};
 
-use crate::memory::{MAX_CAPTURED_RESPONSE, MemoryWorker, TurnAnswer, TurnRecord};
+use crate::memory::{
+    MAX_CAPTURED_RESPONSE, MAX_RESPONSE_TEXT, MemoryWorker, TurnAnswer, TurnRecord,
+};
 use crate::metrics::StreamEnds;
 use crate::receipts::ReceiptWriter;
 
@@ -42,8 +44,19 @@ pub(super) struct ObservedBody {
 
 impl ObservedBody {
     fn finish(&mut self, end: StreamEnd) {
+        // A JSON answer's text, when memory wants it, is read with its usage (one reading).
+        let mut text = None;
         if let Some((mut receipt, id, received)) = self.pending.take() {
-            receipt.usage = self.observer.take().and_then(UsageObserver::finish);
+            receipt.usage = match self.observer.take() {
+                Some(observer) if self.memory.is_some() => {
+                    let read;
+                    (read, text) =
+                        observer.finish_with_text(MAX_RESPONSE_TEXT, MAX_CAPTURED_RESPONSE);
+                    read
+                }
+                Some(observer) => observer.finish(),
+                None => None,
+            };
             receipt.timings.total_micros = Some(elapsed_micros(received));
             receipt.stream_end = Some(end);
             self.ends.record(self.protocol, end);
@@ -60,7 +73,11 @@ impl ObservedBody {
         }
         if let Some((memory, mut turn)) = self.memory.take() {
             if let TurnAnswer::Relayed { body, .. } = &mut turn.answer {
-                *body = std::mem::take(&mut self.captured);
+                // The captured bytes are the whole answer whenever the text was read.
+                match text {
+                    Some(text) => turn.answer = TurnAnswer::Read(text),
+                    None => *body = std::mem::take(&mut self.captured),
+                }
             }
             memory.submit(turn);
         }

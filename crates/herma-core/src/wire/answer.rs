@@ -65,7 +65,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 
 /// `data` read as `T`, when it is JSON of that shape.
 pub(super) fn read<'d, T: Deserialize<'d>>(data: &'d [u8]) -> Option<T> {
-    serde_json::from_slice(data).ok()
+    // Read from bytes, serde_json checks every string it decodes (each key) as UTF-8; text
+    // checked once as a whole it does not check again. Same reading, same result.
+    match std::str::from_utf8(data) {
+        Ok(text) => serde_json::from_str(text).ok(),
+        Err(_) => serde_json::from_slice(data).ok(),
+    }
 }
 
 /// [`read`] for text already known to be UTF-8 (an SSE event's data): its strings are not
@@ -86,37 +91,59 @@ pub fn first_chars(text: &str, max: usize) -> &str {
     }
 }
 
-/// The assistant text of a response body, up to `max` characters.
-pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
-    let mut out = String::new();
-    // Counted as it grows: recounting per delta would be quadratic in a long stream.
-    let mut chars = 0usize;
-    let mut push = |text: &str| {
-        let room = max.saturating_sub(chars);
+/// An answer's texts joined, up to a number of characters.
+#[derive(Debug, Default)]
+pub struct AnswerText {
+    out: String,
+    /// Counted as it grows: recounting per delta would be quadratic in a long stream.
+    chars: usize,
+    max: usize,
+}
+
+impl AnswerText {
+    /// Empty, keeping up to `max` characters.
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `text`, as much of it as there is room for.
+    pub fn push(&mut self, text: &str) {
+        let room = self.max.saturating_sub(self.chars);
         // A text of no more bytes than there is room for characters fits whole (a character
         // is at least a byte): copied at once, its characters counted without being pushed.
         if text.len() <= room {
-            out.push_str(text);
-            chars += text.chars().count();
+            self.out.push_str(text);
+            self.chars += text.chars().count();
             return;
         }
-        let before = out.len();
-        out.extend(text.chars().take(room));
-        chars += out[before..].chars().count();
-    };
+        let before = self.out.len();
+        self.out.extend(text.chars().take(room));
+        self.chars += self.out[before..].chars().count();
+    }
 
+    pub fn into_string(self) -> String {
+        self.out
+    }
+}
+
+/// The assistant text of a response body, up to `max` characters.
+pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usize) -> String {
+    let mut out = AnswerText::new(max);
     let wire = protocol.wire();
     if streaming {
         let mut reader = Reader::default();
         reader.feed(body, &mut |event| {
             if let Some(text) = wire.stream_text(&event.data) {
-                push(&text);
+                out.push(&text);
             }
         });
     } else {
-        wire.body_text(body, &mut push);
+        wire.body_text(body, &mut |text| out.push(text));
     }
-    out
+    out.into_string()
 }
 
 #[cfg(test)]

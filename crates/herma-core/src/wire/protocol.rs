@@ -60,6 +60,14 @@ pub trait WireProtocol: Sync {
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>>;
     /// The answer texts of a whole JSON response body, in order.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str));
+    /// [`body_usage`](Self::body_usage) and [`body_text`](Self::body_text) of a body that is
+    /// a JSON object, in one reading of it: `None` when that reading fails (a usage or texts
+    /// that do not read; nothing is pushed then), and each must be read apart to tell which.
+    fn body_usage_and_text<'b>(
+        &self,
+        body: &'b [u8],
+        push: &mut dyn FnMut(&str),
+    ) -> Option<Option<&'b str>>;
 
     // ---- governed calls ------------------------------------------------------------------------
 

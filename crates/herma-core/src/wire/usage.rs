@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Protocol;
+use super::answer::{AnswerText, response_text};
 use super::sse::Reader;
 
 /// A response body read only for its `usage` member.
@@ -21,8 +22,7 @@ struct UsageOnly<'a> {
 
 /// The top-level `usage` member of a JSON object body (where all three protocols put it).
 pub(crate) fn top_level(body: &[u8]) -> Option<&str> {
-    serde_json::from_slice::<UsageOnly<'_>>(body)
-        .ok()?
+    super::answer::read::<UsageOnly<'_>>(body)?
         .usage
         .map(RawValue::get)
 }
@@ -106,16 +106,40 @@ impl UsageObserver {
 
     /// The usage reported, if any (Anthropic's `message_start` and `message_delta` are merged).
     pub fn finish(mut self) -> Option<Value> {
-        if !self.streaming
-            && !self.overflowed
-            && self.json.trim_ascii_start().first() == Some(&b'{')
-            && let Some(raw) = self.protocol.wire().body_usage(&self.json)
-            && let Ok(found) = serde_json::from_str::<Map<String, Value>>(raw)
-        {
-            merge(&mut self.usage, found);
+        if self.whole_object() {
+            merge_raw(&mut self.usage, self.protocol.wire().body_usage(&self.json));
         }
-
         self.usage.map(Value::Object)
+    }
+
+    /// [`finish`](Self::finish), and for a JSON body of at most `max_body` bytes also its
+    /// answer text up to `max_chars` characters (what [`response_text`] reads in it): both in
+    /// one reading of the body where it allows
+    /// ([`body_usage_and_text`](super::WireProtocol::body_usage_and_text)), else apart. No
+    /// text for a stream, or a body too large to have been kept whole.
+    pub fn finish_with_text(
+        mut self,
+        max_chars: usize,
+        max_body: usize,
+    ) -> (Option<Value>, Option<String>) {
+        if self.streaming || self.overflowed || self.json.len() > max_body {
+            return (self.finish(), None);
+        }
+        let wire = self.protocol.wire();
+        if self.whole_object() {
+            let mut text = AnswerText::new(max_chars);
+            if let Some(raw) = wire.body_usage_and_text(&self.json, &mut |t| text.push(t)) {
+                merge_raw(&mut self.usage, raw);
+                return (self.usage.map(Value::Object), Some(text.into_string()));
+            }
+        }
+        let text = response_text(self.protocol, false, &self.json, max_chars);
+        (self.finish(), Some(text))
+    }
+
+    /// A JSON body, kept whole, that is an object (where all three protocols put the usage).
+    fn whole_object(&self) -> bool {
+        !self.streaming && !self.overflowed && self.json.trim_ascii_start().first() == Some(&b'{')
     }
 }
 
@@ -132,6 +156,13 @@ fn may_carry_usage(data: &str) -> bool {
     FINDER.find_iter(bytes).any(|at| {
         !(bytes[..at].ends_with(b"\"") && bytes[at + NAME.len()..].starts_with(b"\":null"))
     })
+}
+
+/// Adds the members of `raw`, a body's usage, when it is an object.
+fn merge_raw(into: &mut Option<Map<String, Value>>, raw: Option<&str>) {
+    if let Some(found) = raw.and_then(|raw| serde_json::from_str::<Map<String, Value>>(raw).ok()) {
+        merge(into, found);
+    }
 }
 
 /// Adds `from`'s non-null members to what was found before (the first usage found is taken
@@ -272,5 +303,187 @@ mod tests {
         o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null\"}}],\"usage\":null}\n\n");
         o.feed(b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n");
         assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+    }
+
+    /// What a JSON body's observer gives with its text: the usage alone, and the text as
+    /// memory would read it from the bytes (`None` where it is not to be read).
+    fn apart(protocol: Protocol, body: &[u8], max_chars: usize) -> (Option<Value>, String) {
+        let mut observer = UsageObserver::new(protocol, false);
+        observer.feed(body);
+        let text = response_text(protocol, false, body, max_chars);
+        (observer.finish(), text)
+    }
+
+    fn with_text(
+        protocol: Protocol,
+        body: &[u8],
+        max_chars: usize,
+        max_body: usize,
+    ) -> (Option<Value>, Option<String>) {
+        let mut observer = UsageObserver::new(protocol, false);
+        // In two chunks, as a body may arrive.
+        let (first, rest) = body.split_at(body.len() / 2);
+        observer.feed(first);
+        observer.feed(rest);
+        observer.finish_with_text(max_chars, max_body)
+    }
+
+    /// Every protocol's usage and text, read together, are what reading each apart gives.
+    fn agrees(body: &[u8]) {
+        for protocol in Protocol::ALL {
+            for max_chars in [3, 1 << 16] {
+                let (usage, text) = apart(protocol, body, max_chars);
+                assert_eq!(
+                    with_text(protocol, body, max_chars, body.len()),
+                    (usage.clone(), Some(text)),
+                    "{protocol:?} {}",
+                    String::from_utf8_lossy(body)
+                );
+                // A body larger than what was kept whole is not read for its text.
+                if !body.is_empty() {
+                    assert_eq!(
+                        with_text(protocol, body, max_chars, body.len() - 1),
+                        (usage, None)
+                    );
+                }
+            }
+        }
+    }
+
+    /// The bodies upstreams send are read once, for both.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_json_answer_gives_its_usage_and_text_in_one_reading() {
+        let usage = r#"{"prompt_tokens":11,"completion_tokens":7,"cached":null}"#;
+        let bodies = [
+            (
+                Protocol::ChatCompletions,
+                format!(
+                    r#"{{"id":"c","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hello \u00e9"}}}},
+                    {{"index":1,"message":{{"content":null}}}},{{"message":{{"content":"two"}}}}],"usage":{usage}}}"#
+                ),
+                "Hello étwo",
+            ),
+            (
+                Protocol::Messages,
+                format!(
+                    r#" {{"content":[{{"type":"text","text":"see src/lib.rs"}},{{"type":"tool_use","input":{{}}}}],"usage":{usage}}}"#
+                ),
+                "see src/lib.rs",
+            ),
+            (
+                Protocol::Responses,
+                format!(
+                    r#"{{"output":[{{"content":[{{"text":"one"}},{{"text":"two"}}]}},{{"type":"reasoning"}}],"usage":{usage}}}"#
+                ),
+                "onetwo",
+            ),
+        ];
+        for (protocol, body, text) in &bodies {
+            let mut pushed = String::new();
+            let read = protocol
+                .wire()
+                .body_usage_and_text(body.as_bytes(), &mut |t| pushed.push_str(t));
+            assert_eq!(read, Some(Some(usage)), "{protocol:?}");
+            assert_eq!(pushed, *text);
+            let expected = serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7});
+            assert_eq!(
+                with_text(*protocol, body.as_bytes(), 100, 1 << 20),
+                (Some(expected), Some((*text).to_owned()))
+            );
+            agrees(body.as_bytes());
+        }
+        // A stream's text is read from its events, by memory.
+        let mut observer = UsageObserver::new(Protocol::ChatCompletions, true);
+        observer.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(observer.finish_with_text(100, 1 << 20), (None, None));
+    }
+
+    /// Where the one reading fails, each is read apart: a usage that does not read leaves the
+    /// texts, texts that do not read leave the usage, and a body that is not an object is read
+    /// as before.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn where_the_one_reading_fails_each_is_read_apart() {
+        for body in [
+            r#"{"choices":[{"message":{"content":"kept"}}],"usage":{"a":1},"usage":{"a":2}}"#,
+            r#"{"choices":[{"message":{"content":"a"}}],"choices":[],"usage":{"a":1}}"#,
+            r#"{"content":null,"output":7,"usage":{"a":1}}"#,
+            r#"{"choices":[{"message":{"content":"\ud800"}}],"usage":{"a":1}}"#,
+            r#"[[{"message":{"content":"by position"}}],{"a":1}]"#,
+            r#"{"choices":[{"message":{"content":"cut"#,
+            "",
+        ] {
+            agrees(body.as_bytes());
+        }
+        // Bytes that are not UTF-8 inside a string are read as serde_json reads bytes.
+        let mut body = br#"{"choices":[{"message":{"content":"ok"}}],"id":"x"#.to_vec();
+        body.extend_from_slice(&[0xff, b'"', b'}']);
+        agrees(&body);
+        assert_eq!(
+            apart(Protocol::ChatCompletions, &body, 100).1,
+            "ok",
+            "serde_json skips a string it does not decode without checking it"
+        );
+    }
+
+    // Native only: proptest forks and times out with processes.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #[test]
+        fn usage_and_text_read_together_agree_with_reading_them_apart(text in answer_like()) {
+            agrees(text.as_bytes());
+        }
+    }
+
+    /// JSON texts made of the members the readings look for, often repeated, with values of
+    /// every kind (numbers serde_json refuses, strings with escapes it refuses, `null` where a
+    /// sequence goes), and now and then a byte added.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn answer_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let scalar = proptest::sample::select(vec![
+            "null",
+            "true",
+            "0",
+            "18",
+            "-3",
+            "1e400",
+            r#""text""#,
+            r#""esc \"q\" \n \u00e9""#,
+            r#""lone \ud800""#,
+        ])
+        .prop_map(str::to_owned);
+        let keys = proptest::sample::select(vec![
+            "choices", "message", "content", "text", "output", "usage", "other",
+        ]);
+        let value = scalar.prop_recursive(6, 48, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((keys.clone(), inner), 0..4).prop_map(|members| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(key, value)| format!("\"{key}\": {value}"))
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        });
+        (
+            value,
+            any::<usize>(),
+            proptest::sample::select(b" {}[]:,\"".to_vec()),
+            0..4u8,
+        )
+            .prop_map(|(text, at, byte, change)| {
+                if change > 0 {
+                    return text;
+                }
+                let mut bytes = text.into_bytes();
+                let at = at % (bytes.len() + 1);
+                bytes.insert(at, byte);
+                String::from_utf8(bytes).unwrap_or_default()
+            })
     }
 }

@@ -15,6 +15,7 @@ mod read;
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 pub(super) use read::tool_name;
@@ -37,6 +38,15 @@ struct AnswerChoices<'a> {
     choices: Vec<AnswerChoice<'a>>,
 }
 
+/// [`AnswerChoices`] and the usage, in one reading of a whole body.
+#[derive(Deserialize)]
+struct AnswerAndUsage<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<AnswerChoice<'a>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
 #[derive(Deserialize)]
 struct AnswerChoice<'a> {
     #[serde(borrow, default)]
@@ -49,6 +59,15 @@ struct AnswerChoice<'a> {
 struct AnswerContent<'a> {
     #[serde(borrow, default)]
     content: answer::Text<'a>,
+}
+
+/// Every choice's `message.content`, in order.
+fn push_messages(choices: Vec<AnswerChoice<'_>>, push: &mut dyn FnMut(&str)) {
+    for choice in choices {
+        if let Some(text) = choice.message.and_then(|m| m.content.0) {
+            push(&text);
+        }
+    }
 }
 
 impl WireProtocol for ChatCompletions {
@@ -115,14 +134,19 @@ impl WireProtocol for ChatCompletions {
 
     /// Every choice's `message.content`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        let Some(body) = answer::read::<AnswerChoices<'_>>(body) else {
-            return;
-        };
-        for choice in body.choices {
-            if let Some(text) = choice.message.and_then(|m| m.content.0) {
-                push(&text);
-            }
+        if let Some(body) = answer::read::<AnswerChoices<'_>>(body) {
+            push_messages(body.choices, push);
         }
+    }
+
+    fn body_usage_and_text<'b>(
+        &self,
+        body: &'b [u8],
+        push: &mut dyn FnMut(&str),
+    ) -> Option<Option<&'b str>> {
+        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
+        push_messages(read.choices, push);
+        Some(read.usage.map(RawValue::get))
     }
 
     fn provider_name(&self) -> &'static str {

@@ -14,6 +14,7 @@ mod read;
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
@@ -37,10 +38,28 @@ struct AnswerBody<'a> {
     content: Vec<AnswerBlock<'a>>,
 }
 
+/// [`AnswerBody`] and the usage, in one reading of a whole body.
+#[derive(Deserialize)]
+struct AnswerAndUsage<'a> {
+    #[serde(borrow, default)]
+    content: Vec<AnswerBlock<'a>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
 #[derive(Deserialize)]
 struct AnswerBlock<'a> {
     #[serde(borrow, default)]
     text: answer::Text<'a>,
+}
+
+/// Every content block's `text`, in order.
+fn push_blocks(blocks: Vec<AnswerBlock<'_>>, push: &mut dyn FnMut(&str)) {
+    for block in blocks {
+        if let Some(text) = block.text.0 {
+            push(&text);
+        }
+    }
 }
 
 /// Anthropic's Messages API.
@@ -104,14 +123,19 @@ impl WireProtocol for Messages {
 
     /// Every content block's `text`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        let Some(body) = answer::read::<AnswerBody<'_>>(body) else {
-            return;
-        };
-        for block in body.content {
-            if let Some(text) = block.text.0 {
-                push(&text);
-            }
+        if let Some(body) = answer::read::<AnswerBody<'_>>(body) {
+            push_blocks(body.content, push);
         }
+    }
+
+    fn body_usage_and_text<'b>(
+        &self,
+        body: &'b [u8],
+        push: &mut dyn FnMut(&str),
+    ) -> Option<Option<&'b str>> {
+        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
+        push_blocks(read.content, push);
+        Some(read.usage.map(RawValue::get))
     }
 
     fn provider_name(&self) -> &'static str {

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
@@ -42,6 +43,15 @@ struct AnswerBody<'a> {
     output: Vec<AnswerItem<'a>>,
 }
 
+/// [`AnswerBody`] and the usage, in one reading of a whole body.
+#[derive(Deserialize)]
+struct AnswerAndUsage<'a> {
+    #[serde(borrow, default)]
+    output: Vec<AnswerItem<'a>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+}
+
 #[derive(Deserialize)]
 struct AnswerItem<'a> {
     #[serde(borrow, default)]
@@ -52,6 +62,15 @@ struct AnswerItem<'a> {
 struct AnswerPart<'a> {
     #[serde(borrow, default)]
     text: answer::Text<'a>,
+}
+
+/// Every output item's content parts' `text`, in order.
+fn push_parts(output: Vec<AnswerItem<'_>>, push: &mut dyn FnMut(&str)) {
+    for part in output.into_iter().flat_map(|item| item.content) {
+        if let Some(text) = part.text.0 {
+            push(&text);
+        }
+    }
 }
 
 impl WireProtocol for Responses {
@@ -112,14 +131,19 @@ impl WireProtocol for Responses {
 
     /// Every output item's content parts' `text`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        let Some(body) = answer::read::<AnswerBody<'_>>(body) else {
-            return;
-        };
-        for part in body.output.into_iter().flat_map(|item| item.content) {
-            if let Some(text) = part.text.0 {
-                push(&text);
-            }
+        if let Some(body) = answer::read::<AnswerBody<'_>>(body) {
+            push_parts(body.output, push);
         }
+    }
+
+    fn body_usage_and_text<'b>(
+        &self,
+        body: &'b [u8],
+        push: &mut dyn FnMut(&str),
+    ) -> Option<Option<&'b str>> {
+        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
+        push_parts(read.output, push);
+        Some(read.usage.map(RawValue::get))
     }
 
     fn provider_name(&self) -> &'static str {
