@@ -170,7 +170,7 @@ impl App {
             .snapshot(scope, herma_core::evaluation::Mode::Offline)
             .await?;
         let plan = self
-            .plan(scope, &snapshot, &envelope, Claims::DryRun, true)
+            .plan(scope, &snapshot, &envelope, Claims::DryRun, || true)
             .await?;
         let mut report = DryRunReport {
             persisted: false,

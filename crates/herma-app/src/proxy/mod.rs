@@ -176,12 +176,18 @@ impl App {
         if let Some(model) = &envelope.model {
             refuse_contributor_model(model, "/model")?;
         }
-        // Decided before planning, so a request that cannot be forwarded spends no claims.
-        let target = self.resolve_target(&request, protocol);
         let scope = &request.principal.caller_scope;
         let snapshot = self.rules.snapshot(scope, Mode::Online).await?;
+        // Decided while planning, before any claim, when a shim rule matched (so a request
+        // that cannot be forwarded spends no claims), else when the request is forwarded.
+        let mut target = None;
+        let can_forward = || {
+            target
+                .get_or_insert_with(|| self.resolve_target(&request, protocol))
+                .is_ok()
+        };
         let plan = self
-            .plan(scope, &snapshot, &envelope, Claims::Write, target.is_ok())
+            .plan(scope, &snapshot, &envelope, Claims::Write, can_forward)
             .await?;
         let receipt_id = self.receipt_id()?;
         let mut receipt = ReceiptBody {
@@ -256,6 +262,7 @@ impl App {
         };
 
         let added_micros = elapsed_micros(request.received);
+        let target = target.unwrap_or_else(|| self.resolve_target(&request, protocol));
         let sent = match target {
             Ok(target) => self.send(&request, &target, body, Some(&receipt_id)).await,
             Err(problem) => Err(problem),

@@ -48,7 +48,7 @@ impl App {
     /// `once_per_conversation` (claiming when `claims` is `Write`) and renders the shim.
     ///
     /// Only rules that can take effect are considered: a shim rule needs a place for the shim
-    /// in this request, a resolvable context entry and a usable upstream (`can_forward`).
+    /// in this request, a resolvable context entry and a usable upstream (`can_forward`, asked only when one matched).
     /// Claims are taken only for rules that will apply: the highest-priority match is settled
     /// first (a spent once-only rule steps aside for the next), then, when it is a shim, the
     /// other once-only shims are claimed together; dropping those cannot change the decision.
@@ -58,7 +58,7 @@ impl App {
         snapshot: &RuleSnapshot,
         envelope: &Envelope,
         claims: Claims,
-        can_forward: bool,
+        can_forward: impl FnOnce() -> bool,
     ) -> Result<Plan, Problem> {
         let rules = &snapshot.rules;
         let spec = |m: &RuleMatch| &rules.rule(m.rule).provision.spec;
@@ -69,7 +69,15 @@ impl App {
         let (all, evaluation) =
             crate::tiers::evaluate(&self.tiers, rules, &snapshot.semantic, envelope, mode).await;
         self.metrics.record_tiers(&evaluation);
-        let shims_possible = can_forward && envelope.insertion.is_some();
+        // Asked only when a shim rule matched: finding where a request would go is work a
+        // direct answer does not need.
+        let mut can_forward = Some(can_forward);
+        let mut shims_possible = None;
+        let mut shims_possible = || {
+            *shims_possible.get_or_insert_with(|| {
+                envelope.insertion.is_some() && can_forward.take().is_some_and(|f| f())
+            })
+        };
         // What deciding reads of a match is its rule (and through it the spec); `matched`
         // below comes from `all`. So the candidates go without their trigger texts, which
         // each clone of them (here, per `decide`, for the deciding match) would copy.
@@ -78,7 +86,7 @@ impl App {
             .filter(|m| match spec(m).action {
                 Action::RespondDirectly => true,
                 Action::ShimContext => {
-                    shims_possible
+                    shims_possible()
                         && spec(m)
                             .context_refs
                             .iter()
