@@ -256,26 +256,22 @@ pub fn project_tag(header: Option<&str>, system: Option<&str>) -> String {
 
 /// The directory a system prompt states: what `(?:Working directory: |<cwd>)([^\s<]+)` would
 /// capture at its leftmost match — the earliest marker followed by a run of characters that
-/// are neither white space (Unicode's, as the pattern's `\s`) nor `<`, the whole run. Two
-/// substring searches: this runs on every turn's system prompt, often kilobytes, where the
-/// regex's prefilter set-up and search took about 1.9 K instructions a turn.
+/// are neither white space (Unicode's, as the pattern's `\s`) nor `<`, the whole run. One pass
+/// for the markers' first bytes (they differ, so at most one marker starts at a place): this
+/// runs on every turn's system prompt, often kilobytes, where the regex's prefilter set-up and
+/// search took about 1.9 K instructions a turn, and a substring search for each marker 1.7 K.
 fn working_directory(system: &str) -> Option<&str> {
-    use memchr::memmem::Finder;
-    static MARKERS: LazyLock<[Finder<'static>; 2]> =
-        LazyLock::new(|| [Finder::new("Working directory: "), Finder::new("<cwd>")]);
+    const MARKERS: [&str; 2] = ["Working directory: ", "<cwd>"];
     let stops = |c: char| c.is_whitespace() || c == '<';
-    MARKERS
-        .iter()
-        .filter_map(|marker| {
-            // Neither marker overlaps itself, so its occurrences are all found in turn.
-            marker.find_iter(system.as_bytes()).find_map(|at| {
-                let rest = system.get(at + marker.needle().len()..)?;
-                let run = rest.find(stops).unwrap_or(rest.len());
-                (run > 0).then(|| (at, &rest[..run]))
-            })
-        })
-        .min_by_key(|&(at, _)| at)
-        .map(|(_, dir)| dir)
+    let bytes = system.as_bytes();
+    memchr::memchr2_iter(b'W', b'<', bytes).find_map(|at| {
+        let marker = MARKERS
+            .iter()
+            .find(|m| bytes[at..].starts_with(m.as_bytes()))?;
+        let rest = system.get(at + marker.len()..)?;
+        let run = rest.find(stops).unwrap_or(rest.len());
+        (run > 0).then(|| &rest[..run])
+    })
 }
 
 /// How often a rule was applied and followed by an error (for insights and candidates).
