@@ -1,6 +1,8 @@
 //! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. Runs
-//! after the response is done, never on the request path. Where the text is in an event or a
-//! body is the protocol's knowledge
+//! once the response has been relayed, never before a byte of it leaves: by the memory worker,
+//! or for a JSON answer where it ends, in the same reading as its usage
+//! ([`UsageObserver::finish_with_text`](super::usage::UsageObserver::finish_with_text)). Where
+//! the text is in an event or a body is the protocol's knowledge
 //! ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
 //! [`WireProtocol::body_text`](super::WireProtocol::body_text)): each reads only the members
 //! that hold text, borrowing them, and skips the rest of the JSON unparsed.
