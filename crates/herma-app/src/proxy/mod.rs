@@ -261,8 +261,9 @@ impl App {
             PlannedAction::Forward => request.body.clone(),
         };
 
-        let added_micros = elapsed_micros(request.received);
+        // Resolved before Herma's share of the latency is taken, as when planning resolves it.
         let target = target.unwrap_or_else(|| self.resolve_target(&request, protocol));
+        let added_micros = elapsed_micros(request.received);
         let sent = match target {
             Ok(target) => self.send(&request, &target, body, Some(&receipt_id)).await,
             Err(problem) => Err(problem),

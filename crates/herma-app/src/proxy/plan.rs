@@ -48,10 +48,11 @@ impl App {
     /// `once_per_conversation` (claiming when `claims` is `Write`) and renders the shim.
     ///
     /// Only rules that can take effect are considered: a shim rule needs a place for the shim
-    /// in this request, a resolvable context entry and a usable upstream (`can_forward`, asked only when one matched).
-    /// Claims are taken only for rules that will apply: the highest-priority match is settled
-    /// first (a spent once-only rule steps aside for the next), then, when it is a shim, the
-    /// other once-only shims are claimed together; dropping those cannot change the decision.
+    /// in this request, a resolvable context entry and a usable upstream (`can_forward`, asked
+    /// only when a shim rule matched). Claims are taken only for rules that will apply: the
+    /// highest-priority match is settled first (a spent once-only rule steps aside for the
+    /// next), then, when it is a shim, the other once-only shims are claimed together; dropping
+    /// those cannot change the decision.
     pub async fn plan(
         &self,
         scope: &CallerScope,
