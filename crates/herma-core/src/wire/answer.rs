@@ -11,6 +11,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
+use serde_json::value::RawValue;
 
 use super::Protocol;
 use super::sse::Reader;
@@ -63,6 +64,36 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
         }
         deserializer.deserialize_any(TextVisitor(std::marker::PhantomData))
     }
+}
+
+/// What a protocol reads of a whole answer body for its texts (the rest is skipped unparsed).
+pub(super) trait BodyTexts<'a>: Deserialize<'a> {
+    /// The texts, in order.
+    fn push_texts(self, push: &mut dyn FnMut(&str));
+}
+
+/// A [`BodyTexts`] shape that reads the body's `usage` beside the texts, in one derived struct.
+pub(super) trait BodyTextsAndUsage<'a>: BodyTexts<'a> {
+    fn usage(&self) -> Option<&'a RawValue>;
+}
+
+/// [`WireProtocol::body_text`](super::WireProtocol::body_text) of a body read as `T`.
+pub(super) fn body_text<'a, T: BodyTexts<'a>>(body: &'a [u8], push: &mut dyn FnMut(&str)) {
+    if let Some(read) = read::<T>(body) {
+        read.push_texts(push);
+    }
+}
+
+/// [`WireProtocol::body_usage_and_text`](super::WireProtocol::body_usage_and_text) of a body
+/// read as `T`: nothing is pushed unless the whole body read.
+pub(super) fn body_usage_and_text<'a, T: BodyTextsAndUsage<'a>>(
+    body: &'a [u8],
+    push: &mut dyn FnMut(&str),
+) -> Option<Option<&'a str>> {
+    let read = read::<T>(body)?;
+    let usage = read.usage().map(RawValue::get);
+    read.push_texts(push);
+    Some(usage)
 }
 
 /// `data` read as `T`, when it is JSON of that shape.

@@ -70,6 +70,24 @@ fn push_messages(choices: Vec<AnswerChoice<'_>>, push: &mut dyn FnMut(&str)) {
     }
 }
 
+impl<'a> answer::BodyTexts<'a> for AnswerChoices<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_messages(self.choices, push);
+    }
+}
+
+impl<'a> answer::BodyTexts<'a> for AnswerAndUsage<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_messages(self.choices, push);
+    }
+}
+
+impl<'a> answer::BodyTextsAndUsage<'a> for AnswerAndUsage<'a> {
+    fn usage(&self) -> Option<&'a RawValue> {
+        self.usage
+    }
+}
+
 impl WireProtocol for ChatCompletions {
     fn as_str(&self) -> &'static str {
         "chat_completions"
@@ -134,9 +152,7 @@ impl WireProtocol for ChatCompletions {
 
     /// Every choice's `message.content`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        if let Some(body) = answer::read::<AnswerChoices<'_>>(body) {
-            push_messages(body.choices, push);
-        }
+        answer::body_text::<AnswerChoices<'_>>(body, push);
     }
 
     fn body_usage_and_text<'b>(
@@ -144,9 +160,7 @@ impl WireProtocol for ChatCompletions {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
-        push_messages(read.choices, push);
-        Some(read.usage.map(RawValue::get))
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
     }
 
     fn provider_name(&self) -> &'static str {

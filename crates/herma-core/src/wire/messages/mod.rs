@@ -62,6 +62,24 @@ fn push_blocks(blocks: Vec<AnswerBlock<'_>>, push: &mut dyn FnMut(&str)) {
     }
 }
 
+impl<'a> answer::BodyTexts<'a> for AnswerBody<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_blocks(self.content, push);
+    }
+}
+
+impl<'a> answer::BodyTexts<'a> for AnswerAndUsage<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_blocks(self.content, push);
+    }
+}
+
+impl<'a> answer::BodyTextsAndUsage<'a> for AnswerAndUsage<'a> {
+    fn usage(&self) -> Option<&'a RawValue> {
+        self.usage
+    }
+}
+
 /// Anthropic's Messages API.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Messages;
@@ -123,9 +141,7 @@ impl WireProtocol for Messages {
 
     /// Every content block's `text`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        if let Some(body) = answer::read::<AnswerBody<'_>>(body) {
-            push_blocks(body.content, push);
-        }
+        answer::body_text::<AnswerBody<'_>>(body, push);
     }
 
     fn body_usage_and_text<'b>(
@@ -133,9 +149,7 @@ impl WireProtocol for Messages {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
-        push_blocks(read.content, push);
-        Some(read.usage.map(RawValue::get))
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
     }
 
     fn provider_name(&self) -> &'static str {

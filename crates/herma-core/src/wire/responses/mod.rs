@@ -73,6 +73,24 @@ fn push_parts(output: Vec<AnswerItem<'_>>, push: &mut dyn FnMut(&str)) {
     }
 }
 
+impl<'a> answer::BodyTexts<'a> for AnswerBody<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_parts(self.output, push);
+    }
+}
+
+impl<'a> answer::BodyTexts<'a> for AnswerAndUsage<'a> {
+    fn push_texts(self, push: &mut dyn FnMut(&str)) {
+        push_parts(self.output, push);
+    }
+}
+
+impl<'a> answer::BodyTextsAndUsage<'a> for AnswerAndUsage<'a> {
+    fn usage(&self) -> Option<&'a RawValue> {
+        self.usage
+    }
+}
+
 impl WireProtocol for Responses {
     fn as_str(&self) -> &'static str {
         "responses"
@@ -131,9 +149,7 @@ impl WireProtocol for Responses {
 
     /// Every output item's content parts' `text`.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str)) {
-        if let Some(body) = answer::read::<AnswerBody<'_>>(body) {
-            push_parts(body.output, push);
-        }
+        answer::body_text::<AnswerBody<'_>>(body, push);
     }
 
     fn body_usage_and_text<'b>(
@@ -141,9 +157,7 @@ impl WireProtocol for Responses {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        let read = answer::read::<AnswerAndUsage<'_>>(body)?;
-        push_parts(read.output, push);
-        Some(read.usage.map(RawValue::get))
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
     }
 
     fn provider_name(&self) -> &'static str {
