@@ -26,6 +26,7 @@ use herma_core::upstream::{
     self, UpstreamAsk, UpstreamTarget, connection_tokens, forward_request_header,
     relay_response_header,
 };
+use herma_core::wire::answer::StreamEvents;
 use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol, SESSION_HEADERS};
@@ -35,7 +36,7 @@ use herma_providers::{
 };
 
 use crate::App;
-use crate::memory::{TurnAnswer, TurnRecord};
+use crate::memory::{MAX_CAPTURED_RESPONSE, TurnAnswer, TurnRecord};
 use observed::{ObservedBody, elapsed_micros};
 
 /// Room in a forwarded request's and a relayed response's header maps for the headers added
@@ -292,10 +293,14 @@ impl App {
             .iter()
             .any(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let memory = self.memory.clone().map(|m| {
-            // The relayed body is added as it passes ([`ObservedBody`]).
-            let answer = TurnAnswer::Relayed {
-                body: Vec::new(),
-                streaming,
+            // The relayed body or its events are added as they pass ([`ObservedBody`]).
+            let answer = if streaming {
+                TurnAnswer::Streamed(StreamEvents::new(MAX_CAPTURED_RESPONSE))
+            } else {
+                TurnAnswer::Relayed {
+                    body: Vec::new(),
+                    streaming,
+                }
             };
             let turn = self.turn_record(&request, envelope, &receipt, &receipt_id, answer);
             (m, turn)
@@ -307,7 +312,6 @@ impl App {
             pending: Some((receipt, receipt_id.clone(), request.received)),
             writer: self.receipts.clone(),
             memory,
-            captured: Vec::new(),
             streaming,
             protocol,
             ends: self.metrics.stream_ends.clone(),

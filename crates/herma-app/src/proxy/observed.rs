@@ -34,9 +34,10 @@ pub(super) struct ObservedBody {
     pub(super) observer: Option<UsageObserver>,
     pub(super) pending: Option<(ReceiptBody, String, Instant)>,
     pub(super) writer: Arc<ReceiptWriter>,
-    /// The turn memory will read once the answer has been relayed, and the answer so far.
+    /// The turn memory will read once the answer has been relayed, and the answer so far: a
+    /// JSON body's bytes ([`TurnAnswer::Relayed`]) or a stream's events
+    /// ([`TurnAnswer::Streamed`]).
     pub(super) memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
-    pub(super) captured: Vec<u8>,
     pub(super) streaming: bool,
     pub(super) protocol: Protocol,
     pub(super) ends: Arc<StreamEnds>,
@@ -72,12 +73,9 @@ impl ObservedBody {
             self.writer.submit_detached(receipt.seal(id));
         }
         if let Some((memory, mut turn)) = self.memory.take() {
-            if let TurnAnswer::Relayed { body, .. } = &mut turn.answer {
-                // The captured bytes are the whole answer whenever the text was read.
-                match text {
-                    Some(text) => turn.answer = TurnAnswer::Read(text),
-                    None => *body = std::mem::take(&mut self.captured),
-                }
+            // The text was read where the JSON body was kept whole: it stands for the bytes.
+            if let Some(text) = text {
+                turn.answer = TurnAnswer::Read(text);
             }
             memory.submit(turn);
         }
@@ -91,13 +89,23 @@ impl Stream for ObservedBody {
         let this = &mut *self;
         match this.inner.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                if this.memory.is_some() {
-                    let room = MAX_CAPTURED_RESPONSE.saturating_sub(this.captured.len());
-                    this.captured
-                        .extend_from_slice(&chunk[..chunk.len().min(room)]);
+                let answer = this.memory.as_mut().map(|(_, turn)| &mut turn.answer);
+                match (answer, this.observer.as_mut()) {
+                    // A stream's events are kept as the observer reads them.
+                    (Some(TurnAnswer::Streamed(events)), Some(observer)) => {
+                        observer.feed_keeping(&chunk, events);
+                    }
+                    (answer, observer) => {
+                        if let Some(TurnAnswer::Relayed { body, .. }) = answer {
+                            let room = MAX_CAPTURED_RESPONSE.saturating_sub(body.len());
+                            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                        }
+                        if let Some(observer) = observer {
+                            observer.feed(&chunk);
+                        }
+                    }
                 }
                 if let Some(observer) = this.observer.as_mut() {
-                    observer.feed(&chunk);
                     // The protocol's last event is in this chunk: the client will know the
                     // answer is whole once it has the chunk, so the receipt is sealed (and
                     // journaled) before the chunk leaves.

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 use serde_json::value::RawValue;
 
-use super::Protocol;
 use super::sse::Reader;
+use super::{Protocol, WireProtocol};
 
 /// A member read for its text: a string, or nothing when it is anything else (a shape Herma
 /// does not know yields no text rather than failing the whole event).
@@ -157,6 +157,11 @@ impl AnswerText {
         self.chars += self.out[before..].chars().count();
     }
 
+    /// It holds `max` characters: [`push`](Self::push) adds nothing more.
+    pub fn is_full(&self) -> bool {
+        self.chars >= self.max
+    }
+
     pub fn into_string(self) -> String {
         self.out
     }
@@ -169,14 +174,74 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
     if streaming {
         let mut reader = Reader::default();
         reader.feed(body, &mut |event| {
-            if let Some(text) = wire.stream_text(&event.data) {
-                out.push(&text);
-            }
+            push_event_text(wire, &event.data, &mut out)
         });
     } else {
         wire.body_text(body, &mut |text| out.push(text));
     }
     out.into_string()
+}
+
+/// Adds a stream event's text (its `data`) to `out`.
+fn push_event_text(wire: &dyn WireProtocol, data: &str, out: &mut AnswerText) {
+    // Once full, a text takes nothing more: the rest of the events are not read.
+    if out.is_full() {
+        return;
+    }
+    if let Some(text) = wire.stream_text(data) {
+        out.push(&text);
+    }
+}
+
+/// A relayed stream's events, kept for their text as they pass: the data of each event that
+/// ends within the stream's first `max_bytes` bytes, which are the events [`response_text`]
+/// finds in those bytes. Kept this way, the stream is not split into events a second time.
+#[derive(Clone, Debug)]
+pub struct StreamEvents {
+    /// The events' data, one after another.
+    data: String,
+    /// Where each event's data ends in `data`.
+    ends: Vec<usize>,
+    /// The stream's bytes still to be read for events.
+    room: usize,
+}
+
+impl StreamEvents {
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            data: String::new(),
+            ends: Vec::new(),
+            room: max_bytes,
+        }
+    }
+
+    /// Splits `chunk`, the stream's next bytes, into the part still read for events and the
+    /// rest, counting the first as read.
+    pub(super) fn take_room<'c>(&mut self, chunk: &'c [u8]) -> (&'c [u8], &'c [u8]) {
+        let (within, beyond) = chunk.split_at(chunk.len().min(self.room));
+        self.room -= within.len();
+        (within, beyond)
+    }
+
+    pub(super) fn push(&mut self, data: &str) {
+        self.data.push_str(data);
+        self.ends.push(self.data.len());
+    }
+
+    /// The answer's text in the events kept, up to `max` characters: what [`response_text`]
+    /// reads in the stream's first `max_bytes` bytes.
+    pub fn text(&self, protocol: Protocol, max: usize) -> String {
+        let mut out = AnswerText::new(max);
+        let wire = protocol.wire();
+        let mut start = 0;
+        for &end in &self.ends {
+            if let Some(data) = self.data.get(start..end) {
+                push_event_text(wire, data, &mut out);
+            }
+            start = end;
+        }
+        out.into_string()
+    }
 }
 
 #[cfg(test)]

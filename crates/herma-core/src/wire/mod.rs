@@ -21,6 +21,7 @@ pub mod direct;
 pub mod messages;
 pub mod paths;
 mod protocol;
+mod quick;
 mod raw;
 pub mod responses;
 pub mod sse;

@@ -10,8 +10,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Protocol;
-use super::answer::{AnswerText, response_text};
-use super::sse::Reader;
+use super::answer::{AnswerText, StreamEvents, response_text};
+use super::sse::{Event, Reader};
 
 /// A response body read only for its `usage` member.
 #[derive(Deserialize)]
@@ -77,10 +77,25 @@ impl UsageObserver {
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
+        self.feed_with(chunk, &mut |_| {});
+    }
+
+    /// [`feed`](Self::feed) for a stream, keeping in `events` the events it has room for.
+    pub fn feed_keeping(&mut self, chunk: &[u8], events: &mut StreamEvents) {
+        let (within, beyond) = events.take_room(chunk);
+        self.feed_with(within, &mut |event| events.push(&event.data));
+        if !beyond.is_empty() {
+            self.feed(beyond);
+        }
+    }
+
+    /// [`feed`](Self::feed), handing each event of a stream to `on_event` once read.
+    fn feed_with(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {
         if self.streaming {
             let (protocol, wire) = (self.protocol, self.protocol.wire());
             let (usage, ended) = (&mut self.usage, &mut self.ended);
             self.reader.feed(chunk, &mut |event| {
+                on_event(event);
                 if ends_stream(protocol, event) {
                     *ended = true;
                 }
@@ -433,6 +448,82 @@ mod tests {
         #[test]
         fn usage_and_text_read_together_agree_with_reading_them_apart(text in answer_like()) {
             agrees(text.as_bytes());
+        }
+
+        #[test]
+        fn events_kept_chunk_by_chunk_agree_with_reading_the_bytes_again(
+            events in proptest::collection::vec(0..EVENTS.len(), 0..12),
+            cuts in proptest::collection::vec(0..1200usize, 0..8),
+            max_bytes in 0..1300usize,
+            max in proptest::sample::select(vec![0, 3, 40, usize::MAX]),
+        ) {
+            let body: String = events.iter().map(|&i| EVENTS[i]).collect();
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            keeps_what_reading_again_finds(body.as_bytes(), &cuts, max_bytes, max);
+        }
+    }
+
+    /// A stream's events kept as the observer reads them, chunk by chunk and up to a number of
+    /// bytes, give the text reading those bytes again gives.
+    fn keeps_what_reading_again_finds(body: &[u8], cuts: &[usize], max_bytes: usize, max: usize) {
+        for protocol in Protocol::ALL {
+            let mut observer = UsageObserver::new(protocol, true);
+            let mut events = StreamEvents::new(max_bytes);
+            let mut at = 0;
+            for &cut in cuts.iter().chain([&body.len()]) {
+                let cut = cut.clamp(at, body.len());
+                observer.feed_keeping(&body[at..cut], &mut events);
+                at = cut;
+            }
+            let whole = &body[..max_bytes.min(body.len())];
+            assert_eq!(
+                events.text(protocol, max),
+                response_text(protocol, true, whole, max),
+                "{protocol:?}, {max_bytes} bytes, {max} characters, cut at {cuts:?}"
+            );
+            // The usage is read from every byte, kept or not.
+            let mut apart = UsageObserver::new(protocol, true);
+            apart.feed(body);
+            assert_eq!(observer.finish(), apart.finish());
+        }
+    }
+
+    /// Events of the three protocols' streams, text and not, with line ends of both kinds.
+    const EVENTS: [&str; 9] = [
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w0 \"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"caf\\u00e9 src/lib.rs\"}}]}\r\n\r\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"see docs/a.md \"}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"\u{e9}t\u{e9} \"}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n",
+        ": a comment\n\n",
+        "data: line one\ndata: line two\n\n",
+        "data: [DONE]\n\n",
+    ];
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_streams_events_are_kept_as_reading_its_bytes_again_finds_them() {
+        let body: String = EVENTS.concat().repeat(3);
+        let body = body.as_bytes();
+        for max_bytes in [
+            0,
+            1,
+            40,
+            41,
+            42,
+            250,
+            body.len() - 1,
+            body.len(),
+            usize::MAX,
+        ] {
+            for max in [0, 5, usize::MAX] {
+                keeps_what_reading_again_finds(body, &[], max_bytes, max);
+                keeps_what_reading_again_finds(body, &[1, 7, 60, 61, 300], max_bytes, max);
+                let bytes: Vec<usize> = (1..body.len()).collect();
+                keeps_what_reading_again_finds(body, &bytes, max_bytes, max);
+            }
         }
     }
 

@@ -327,3 +327,94 @@ async fn slash_commands_are_not_remembered_as_file_paths() {
         .collect();
     assert_eq!(paths, ["src/main.rs"]);
 }
+
+/// A relayed stream's text is read for entities from the events that ended within its first
+/// 256 KiB (what memory keeps of an answer), however the upstream cut it into chunks: an
+/// entity split across chunks is found, one after the limit is not.
+#[tokio::test]
+async fn a_relayed_streams_text_is_remembered_up_to_the_limit_across_chunks() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let app = spawn_app(Backend::Sqlite, &[]).await;
+    let key = app.key("route", Some("claude-code")).await;
+    let delta = |text: &str| {
+        let data = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}});
+        format!("event: content_block_delta\ndata: {data}\n\n")
+    };
+    let mut stream = String::new();
+    stream.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n");
+    stream.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+    stream.push_str(&delta("Edit tessera://nouns/early with "));
+    stream.push_str(&delta("`Planner::split` first. "));
+    // About 300 KiB of events without text, then an entity past the limit.
+    let ping = format!(
+        "event: ping\ndata: {{\"type\":\"ping\",\"pad\":\"{}\"}}\n\n",
+        "x".repeat(1000)
+    );
+    stream.push_str(&ping.repeat(300));
+    stream.push_str(&delta("Then `Late::thing`."));
+    stream.push_str(
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    );
+    stream.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n");
+    stream.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+
+    // One answer, in HTTP chunks cut inside events, inside the entity and inside a line end.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let cut = stream.find("nouns/early").unwrap() + 3;
+    let upstream = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n").await.unwrap();
+        let bytes = stream.as_bytes();
+        let mut at = 0;
+        for end in [7, cut, cut + 40]
+            .into_iter()
+            .chain((cut + 40..bytes.len()).step_by(8191).skip(1))
+            .chain([bytes.len()])
+        {
+            let piece = &bytes[at..end];
+            socket
+                .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await
+                .unwrap();
+            socket.write_all(piece).await.unwrap();
+            socket.write_all(b"\r\n").await.unwrap();
+            socket.flush().await.unwrap();
+            at = end;
+        }
+        socket.write_all(b"0\r\n\r\n").await.unwrap();
+    });
+    let response = app
+        .client
+        .post(app.url("/v1/messages"))
+        .header("x-api-key", &key)
+        .header("X-Upstream-Base-Url", &base)
+        .json(&json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "plan the split"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let relayed = response.bytes().await.unwrap();
+    assert!(relayed.len() > 300_000);
+    upstream.await.unwrap();
+    app.app.receipts.flush().await;
+    app.app.memory.as_ref().unwrap().flush().await;
+
+    let memory = req(Method::GET, "/v1/memory").key(&key).send(&app).await.2;
+    let values: Vec<&str> = memory["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert!(values.contains(&"tessera://nouns/early"), "{memory}");
+    assert!(values.contains(&"Planner::split"), "{memory}");
+    assert!(!values.contains(&"Late::thing"), "{memory}");
+}

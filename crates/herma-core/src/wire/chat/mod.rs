@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 pub(super) use read::tool_name;
 
 use super::direct::DirectAnswer;
+use super::quick::Scan;
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -59,6 +60,48 @@ struct AnswerChoice<'a> {
 struct AnswerContent<'a> {
     #[serde(borrow, default)]
     content: answer::Text<'a>,
+}
+
+/// A stream event's text read by serde_json: the first choice's `delta.content`.
+pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
+    let chunk: AnswerChoices<'_> = answer::read_str(data)?;
+    chunk.choices.into_iter().next()?.delta?.content.0
+}
+
+/// [`event_text`] read by the quick reader, `None` where it is not sure: `choices` once, each
+/// choice's `delta` and `message` once and either `null` or an object of a `content` text.
+pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+    let mut scan = Scan::new(data);
+    let (mut choices, mut text) = (false, None);
+    scan.members(|scan, key| {
+        if key != "choices" {
+            return scan.skip();
+        }
+        if std::mem::replace(&mut choices, true) {
+            return None;
+        }
+        let mut first = true;
+        scan.elements(|scan| {
+            let (mut delta, mut message, mut content) = (false, false, None);
+            scan.members(|scan, key| match key {
+                "delta" if !std::mem::replace(&mut delta, true) => {
+                    content = scan.text_in("content")?;
+                    Some(())
+                }
+                "message" if !std::mem::replace(&mut message, true) => {
+                    scan.text_in("content").map(drop)
+                }
+                "delta" | "message" => None,
+                _ => scan.skip(),
+            })?;
+            if std::mem::take(&mut first) {
+                text = content;
+            }
+            Some(())
+        })
+    })?;
+    scan.end()?;
+    Some(text)
 }
 
 /// Every choice's `message.content`, in order.
@@ -146,8 +189,7 @@ impl WireProtocol for ChatCompletions {
 
     /// The first choice's `delta.content`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        let chunk: AnswerChoices<'_> = answer::read_str(data)?;
-        chunk.choices.into_iter().next()?.delta?.content.0
+        quick_event_text(data).unwrap_or_else(|| event_text(data))
     }
 
     /// Every choice's `message.content`.

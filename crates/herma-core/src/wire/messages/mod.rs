@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
+use super::quick::Scan;
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -51,6 +52,30 @@ struct AnswerAndUsage<'a> {
 struct AnswerBlock<'a> {
     #[serde(borrow, default)]
     text: answer::Text<'a>,
+}
+
+/// A stream event's text read by serde_json: its `delta.text`.
+pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
+    answer::read_str::<AnswerEvent<'_>>(data)?.delta?.text.0
+}
+
+/// [`event_text`] read by the quick reader, `None` where it is not sure: `delta` once, `null`
+/// or an object of a `text` text.
+pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+    let mut scan = Scan::new(data);
+    let (mut delta, mut text) = (false, None);
+    scan.members(|scan, key| {
+        if key != "delta" {
+            return scan.skip();
+        }
+        if std::mem::replace(&mut delta, true) {
+            return None;
+        }
+        text = scan.text_in("text")?;
+        Some(())
+    })?;
+    scan.end()?;
+    Some(text)
 }
 
 /// Every content block's `text`, in order.
@@ -136,7 +161,7 @@ impl WireProtocol for Messages {
 
     /// A `content_block_delta`'s `delta.text`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        answer::read_str::<AnswerEvent<'_>>(data)?.delta?.text.0
+        quick_event_text(data).unwrap_or_else(|| event_text(data))
     }
 
     /// Every content block's `text`.

@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 
 use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
+use super::quick::Scan;
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -34,6 +35,44 @@ struct AnswerEvent<'a> {
     kind: answer::Text<'a>,
     #[serde(borrow, default)]
     delta: answer::Text<'a>,
+}
+
+/// The kind of event whose `delta` is the answer's text.
+const TEXT_DELTA: &str = "response.output_text.delta";
+
+/// A stream event's text read by serde_json: a `response.output_text.delta` event's `delta`.
+pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
+    let event: AnswerEvent<'_> = answer::read_str(data)?;
+    if event.kind.0.as_deref() == Some(TEXT_DELTA) {
+        event.delta.0
+    } else {
+        None
+    }
+}
+
+/// [`event_text`] read by the quick reader, `None` where it is not sure: `type` and `delta`
+/// once each, read as texts.
+pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+    let mut scan = Scan::new(data);
+    let (mut kind, mut delta) = (None, None);
+    scan.members(|scan, key| {
+        let slot = match key {
+            "type" => &mut kind,
+            "delta" => &mut delta,
+            _ => return scan.skip(),
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(scan.text()?);
+        Some(())
+    })?;
+    scan.end()?;
+    if kind.flatten().as_deref() == Some(TEXT_DELTA) {
+        Some(delta.flatten())
+    } else {
+        Some(None)
+    }
 }
 
 /// What of a whole body holds the answer's text.
@@ -139,12 +178,7 @@ impl WireProtocol for Responses {
 
     /// A `response.output_text.delta` event's `delta`.
     fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        let event: AnswerEvent<'_> = answer::read_str(data)?;
-        if event.kind.0.as_deref() == Some("response.output_text.delta") {
-            event.delta.0
-        } else {
-            None
-        }
+        quick_event_text(data).unwrap_or_else(|| event_text(data))
     }
 
     /// Every output item's content parts' `text`.
