@@ -91,7 +91,8 @@ impl Stream for ObservedBody {
             Poll::Ready(Some(Ok(chunk))) => {
                 let answer = this.memory.as_mut().map(|(_, turn)| &mut turn.answer);
                 match (answer, this.observer.as_mut()) {
-                    // A stream's events are kept as the observer reads them.
+                    // A stream's events are kept as the observer reads them (the observer and
+                    // the turn are both taken in `finish`: one is there while the other is).
                     (Some(TurnAnswer::Streamed(events)), Some(observer)) => {
                         observer.feed_keeping(&chunk, events);
                     }

@@ -1,11 +1,13 @@
 //! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. Runs
 //! once the response has been relayed, never before a byte of it leaves: by the memory worker,
 //! or for a JSON answer where it ends, in the same reading as its usage
-//! ([`UsageObserver::finish_with_text`](super::usage::UsageObserver::finish_with_text)). Where
-//! the text is in an event or a body is the protocol's knowledge
-//! ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
+//! ([`UsageObserver::finish_with_text`](super::usage::UsageObserver::finish_with_text)). A
+//! relayed stream's events are kept as the usage observer reads them ([`StreamEvents`]), so the
+//! memory worker does not split the stream again. Where the text is in an event or a body is
+//! the protocol's knowledge ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
 //! [`WireProtocol::body_text`](super::WireProtocol::body_text)): each reads only the members
-//! that hold text, borrowing them, and skips the rest of the JSON unparsed.
+//! that hold text, borrowing them, and skips the rest of the JSON unparsed (an event through
+//! the quick reader of `wire::quick` where it is sure, else serde_json).
 
 use std::borrow::Cow;
 
