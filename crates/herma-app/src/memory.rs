@@ -50,8 +50,8 @@ pub struct TurnRecord {
 /// A turn's answer, as memory reads it.
 #[derive(Clone, Debug)]
 pub enum TurnAnswer {
-    /// Relayed from upstream: the bytes the client received (bounded), and whether they were SSE.
-    Relayed { body: Vec<u8>, streaming: bool },
+    /// A relayed JSON answer: the bytes the client received (bounded).
+    Relayed { body: Vec<u8> },
     /// A relayed stream's events, kept as they passed: those that ended within its first
     /// [`MAX_CAPTURED_RESPONSE`] bytes, what reading those bytes would find.
     Streamed(StreamEvents),
@@ -289,12 +289,9 @@ async fn process(
     pending: &mut Pending,
 ) -> Result<(), herma_store::StoreError> {
     let answer = match &turn.answer {
-        TurnAnswer::Relayed { body, streaming } => Cow::Owned(response_text(
-            turn.protocol,
-            *streaming,
-            body,
-            MAX_RESPONSE_TEXT,
-        )),
+        TurnAnswer::Relayed { body } => {
+            Cow::Owned(response_text(turn.protocol, false, body, MAX_RESPONSE_TEXT))
+        }
         TurnAnswer::Streamed(events) => Cow::Owned(events.text(turn.protocol, MAX_RESPONSE_TEXT)),
         TurnAnswer::Direct(text) | TurnAnswer::Read(text) => {
             Cow::Borrowed(first_chars(text, MAX_RESPONSE_TEXT))

@@ -297,10 +297,7 @@ impl App {
             let answer = if streaming {
                 TurnAnswer::Streamed(StreamEvents::new(MAX_CAPTURED_RESPONSE))
             } else {
-                TurnAnswer::Relayed {
-                    body: Vec::new(),
-                    streaming,
-                }
+                TurnAnswer::Relayed { body: Vec::new() }
             };
             let turn = self.turn_record(&request, envelope, &receipt, &receipt_id, answer);
             (m, turn)

@@ -97,7 +97,7 @@ impl Stream for ObservedBody {
                         observer.feed_keeping(&chunk, events);
                     }
                     (answer, observer) => {
-                        if let Some(TurnAnswer::Relayed { body, .. }) = answer {
+                        if let Some(TurnAnswer::Relayed { body }) = answer {
                             let room = MAX_CAPTURED_RESPONSE.saturating_sub(body.len());
                             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
                         }

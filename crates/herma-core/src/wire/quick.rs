@@ -66,50 +66,70 @@ impl<'a> Scan<'a> {
         self.peek().is_none().then_some(())
     }
 
+    /// Reads `data` as one value, by `read`: nothing but whitespace may follow it.
+    pub(super) fn whole(data: &'a str, read: impl FnOnce(&mut Self) -> Option<()>) -> Option<()> {
+        let mut scan = Self::new(data);
+        read(&mut scan)?;
+        scan.end()
+    }
+
     /// Reads an object, handing each member's key to `member`, which reads its value.
     pub(super) fn members(
         &mut self,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            self.eat(b'"')?;
-            let (key, escaped) = self.string()?;
+        self.sequence(b'{', b'}', |scan| {
+            scan.eat(b'"')?;
+            let (key, escaped) = scan.string()?;
             if escaped {
                 return None;
             }
-            self.eat(b':')?;
-            member(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            scan.eat(b':')?;
+            member(scan, key)
+        })
+    }
+
+    /// Reads an object whose member `name` is read by `read`, once (a derived struct refuses a
+    /// repeated member), and whose other members are skipped.
+    pub(super) fn only(
+        &mut self,
+        name: &str,
+        mut read: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = false;
+        self.members(|scan, key| {
+            if key != name {
+                return scan.skip();
             }
-        }
+            if std::mem::replace(&mut seen, true) {
+                return None;
+            }
+            read(scan)
+        })
     }
 
     /// Reads an array, `element` reading each of its values.
-    pub(super) fn elements(
+    pub(super) fn elements(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.sequence(b'[', b']', element)
+    }
+
+    /// `open`, items read by `item` and separated by commas, `close`.
+    fn sequence(
         &mut self,
-        mut element: impl FnMut(&mut Self) -> Option<()>,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
     ) -> Option<()> {
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
         loop {
-            element(self)?;
+            item(self)?;
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                byte if byte == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -169,14 +189,8 @@ impl<'a> Scan<'a> {
         if self.null()? {
             return Some(None);
         }
-        let (mut seen, mut text) = (false, None);
-        self.members(|scan, key| {
-            if key != name {
-                return scan.skip();
-            }
-            if std::mem::replace(&mut seen, true) {
-                return None;
-            }
+        let mut text = None;
+        self.only(name, |scan| {
             text = scan.text()?;
             Some(())
         })?;
@@ -470,13 +484,11 @@ mod tests {
         }
     }
 
-    /// JSON texts made of the members the readings look for, often repeated, with values of
-    /// every kind (numbers and strings serde_json refuses or reads apart), and now and then a
-    /// byte added or the text cut.
+    /// JSON texts made of the members the readings look for, with values of every kind
+    /// (numbers and strings serde_json refuses or reads apart).
     #[cfg(not(target_arch = "wasm32"))]
     fn event_like() -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        let scalar = proptest::sample::select(vec![
+        let scalars = [
             "null",
             "nul",
             "true",
@@ -498,9 +510,8 @@ mod tests {
             r#""bad \x""#,
             "\"raw\ttab\"",
             r#""d\u0065lta""#,
-        ])
-        .prop_map(str::to_owned);
-        let keys = proptest::sample::select(vec![
+        ];
+        let keys = [
             "choices",
             "delta",
             "message",
@@ -510,35 +521,7 @@ mod tests {
             "index",
             "other",
             "d\\u0065lta",
-        ]);
-        let value = scalar.prop_recursive(6, 48, 4, move |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4)
-                    .prop_map(|items| format!("[{}]", items.join(","))),
-                prop::collection::vec((keys.clone(), inner), 0..5).prop_map(|members| {
-                    let members: Vec<String> = members
-                        .into_iter()
-                        .map(|(key, value)| format!("\"{key}\": {value}"))
-                        .collect();
-                    format!("{{{}}}", members.join(", "))
-                }),
-            ]
-        });
-        (
-            value,
-            any::<usize>(),
-            proptest::sample::select(b" {}[]:,\"\\0n-.".to_vec()),
-            0..6u8,
-        )
-            .prop_map(|(text, at, byte, change)| {
-                let mut bytes = text.into_bytes();
-                let at = at % (bytes.len() + 1);
-                match change {
-                    0 => bytes.insert(at, byte),
-                    1 => bytes.truncate(at),
-                    _ => {}
-                }
-                String::from_utf8(bytes).unwrap_or_default()
-            })
+        ];
+        super::super::tests::json_like(&scalars, &keys)
     }
 }

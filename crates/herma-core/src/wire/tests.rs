@@ -725,3 +725,45 @@ fn a_chat_chunk_gives_its_first_choices_text_only_when_every_choice_reads() {
     assert_eq!(text(r#"{"choices":null}"#), "");
     assert_eq!(text(r#"{"id":"x"}"#), "");
 }
+
+/// JSON texts made of `keys` and `scalars`, nested up to six deep (objects often repeat a key),
+/// and now and then a byte added or the text cut: inputs for comparing a reading with
+/// serde_json's.
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn json_like(
+    scalars: &[&'static str],
+    keys: &[&'static str],
+) -> impl proptest::strategy::Strategy<Value = String> + use<> {
+    use proptest::prelude::*;
+    let scalar = proptest::sample::select(scalars.to_vec()).prop_map(str::to_owned);
+    let keys = proptest::sample::select(keys.to_vec());
+    let value = scalar.prop_recursive(6, 48, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4)
+                .prop_map(|items| format!("[{}]", items.join(","))),
+            prop::collection::vec((keys.clone(), inner), 0..5).prop_map(|members| {
+                let members: Vec<String> = members
+                    .into_iter()
+                    .map(|(key, value)| format!("\"{key}\": {value}"))
+                    .collect();
+                format!("{{{}}}", members.join(", "))
+            }),
+        ]
+    });
+    (
+        value,
+        any::<usize>(),
+        proptest::sample::select(b" {}[]:,\"\\0n-.".to_vec()),
+        0..6u8,
+    )
+        .prop_map(|(text, at, byte, change)| {
+            let mut bytes = text.into_bytes();
+            let at = at % (bytes.len() + 1);
+            match change {
+                0 => bytes.insert(at, byte),
+                1 => bytes.truncate(at),
+                _ => {}
+            }
+            String::from_utf8(bytes).unwrap_or_default()
+        })
+}

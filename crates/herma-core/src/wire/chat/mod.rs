@@ -71,36 +71,30 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `choices` once, each
 /// choice's `delta` and `message` once and either `null` or an object of a `content` text.
 pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
-    let mut scan = Scan::new(data);
-    let (mut choices, mut text) = (false, None);
-    scan.members(|scan, key| {
-        if key != "choices" {
-            return scan.skip();
-        }
-        if std::mem::replace(&mut choices, true) {
-            return None;
-        }
-        let mut first = true;
-        scan.elements(|scan| {
-            let (mut delta, mut message, mut content) = (false, false, None);
-            scan.members(|scan, key| match key {
-                "delta" if !std::mem::replace(&mut delta, true) => {
-                    content = scan.text_in("content")?;
-                    Some(())
+    let mut text = None;
+    Scan::whole(data, |scan| {
+        scan.only("choices", |scan| {
+            let mut first = true;
+            scan.elements(|scan| {
+                let (mut delta, mut message, mut content) = (false, false, None);
+                scan.members(|scan, key| match key {
+                    "delta" if !std::mem::replace(&mut delta, true) => {
+                        content = scan.text_in("content")?;
+                        Some(())
+                    }
+                    "message" if !std::mem::replace(&mut message, true) => {
+                        scan.text_in("content").map(drop)
+                    }
+                    "delta" | "message" => None,
+                    _ => scan.skip(),
+                })?;
+                if std::mem::take(&mut first) {
+                    text = content;
                 }
-                "message" if !std::mem::replace(&mut message, true) => {
-                    scan.text_in("content").map(drop)
-                }
-                "delta" | "message" => None,
-                _ => scan.skip(),
-            })?;
-            if std::mem::take(&mut first) {
-                text = content;
-            }
-            Some(())
+                Some(())
+            })
         })
     })?;
-    scan.end()?;
     Some(text)
 }
 

@@ -62,19 +62,13 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `delta` once, `null`
 /// or an object of a `text` text.
 pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
-    let mut scan = Scan::new(data);
-    let (mut delta, mut text) = (false, None);
-    scan.members(|scan, key| {
-        if key != "delta" {
-            return scan.skip();
-        }
-        if std::mem::replace(&mut delta, true) {
-            return None;
-        }
-        text = scan.text_in("text")?;
-        Some(())
+    let mut text = None;
+    Scan::whole(data, |scan| {
+        scan.only("delta", |scan| {
+            text = scan.text_in("text")?;
+            Some(())
+        })
     })?;
-    scan.end()?;
     Some(text)
 }
 

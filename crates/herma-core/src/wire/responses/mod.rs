@@ -53,21 +53,21 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `type` and `delta`
 /// once each, read as texts.
 pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
-    let mut scan = Scan::new(data);
     let (mut kind, mut delta) = (None, None);
-    scan.members(|scan, key| {
-        let slot = match key {
-            "type" => &mut kind,
-            "delta" => &mut delta,
-            _ => return scan.skip(),
-        };
-        if slot.is_some() {
-            return None;
-        }
-        *slot = Some(scan.text()?);
-        Some(())
+    Scan::whole(data, |scan| {
+        scan.members(|scan, key| {
+            let slot = match key {
+                "type" => &mut kind,
+                "delta" => &mut delta,
+                _ => return scan.skip(),
+            };
+            if slot.is_some() {
+                return None;
+            }
+            *slot = Some(scan.text()?);
+            Some(())
+        })
     })?;
-    scan.end()?;
     if kind.flatten().as_deref() == Some(TEXT_DELTA) {
         Some(delta.flatten())
     } else {
