@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 use serde_json::value::RawValue;
 
 use super::sse::Reader;
-use super::{Protocol, WireProtocol};
+use super::{EventLead, Protocol, WireProtocol};
 
 /// A member read for its text: a string, or nothing when it is anything else (a shape Herma
 /// does not know yields no text rather than failing the whole event).
@@ -175,8 +175,9 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
     let wire = protocol.wire();
     if streaming {
         let mut reader = Reader::default();
+        let mut lead = EventLead::default();
         reader.feed(body, &mut |event| {
-            push_event_text(wire, &event.data, &mut out)
+            push_event_text(wire, &event.data, &mut lead, &mut out)
         });
     } else {
         wire.body_text(body, &mut |text| out.push(text));
@@ -184,13 +185,18 @@ pub fn response_text(protocol: Protocol, streaming: bool, body: &[u8], max: usiz
     out.into_string()
 }
 
-/// Adds a stream event's text (its `data`) to `out`.
-fn push_event_text(wire: &dyn WireProtocol, data: &str, out: &mut AnswerText) {
+/// Adds a stream event's text (its `data`) to `out`; `lead` is the stream's.
+fn push_event_text(
+    wire: &dyn WireProtocol,
+    data: &str,
+    lead: &mut EventLead,
+    out: &mut AnswerText,
+) {
     // Once full, a text takes nothing more: the rest of the events are not read.
     if out.is_full() {
         return;
     }
-    if let Some(text) = wire.stream_text(data) {
+    if let Some(text) = wire.stream_text(data, lead) {
         out.push(&text);
     }
 }
@@ -235,10 +241,11 @@ impl StreamEvents {
     pub fn text(&self, protocol: Protocol, max: usize) -> String {
         let mut out = AnswerText::new(max);
         let wire = protocol.wire();
+        let mut lead = EventLead::default();
         let mut start = 0;
         for &end in &self.ends {
             if let Some(data) = self.data.get(start..end) {
-                push_event_text(wire, data, &mut out);
+                push_event_text(wire, data, &mut lead, &mut out);
             }
             start = end;
         }

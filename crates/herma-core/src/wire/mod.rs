@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use protocol::{Protocol, WireProtocol};
+pub use quick::EventLead;
 
 use crate::problem::{Problem, ProblemCode};
 

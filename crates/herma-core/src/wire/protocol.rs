@@ -57,7 +57,9 @@ pub trait WireProtocol: Sync {
     /// A fresh decoder turning this protocol's stream into neutral events.
     fn decoder(&self) -> Box<dyn EventDecoder>;
     /// The answer text one streamed event's data carries (entity memory reads it back).
-    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>>;
+    /// `lead` is held across one stream's events, read in order: what of the last event's
+    /// opening the next may repeat (see [`EventLead`](super::EventLead)).
+    fn stream_text<'d>(&self, data: &'d str, lead: &mut super::EventLead) -> Option<Cow<'d, str>>;
     /// The answer texts of a whole JSON response body, in order.
     fn body_text(&self, body: &[u8], push: &mut dyn FnMut(&str));
     /// [`body_usage`](Self::body_usage) and [`body_text`](Self::body_text) of a body that is

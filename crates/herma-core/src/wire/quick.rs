@@ -78,15 +78,18 @@ impl<'a> Scan<'a> {
         &mut self,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        self.sequence(b'{', b'}', |scan| {
-            scan.eat(b'"')?;
-            let (key, escaped) = scan.string()?;
-            if escaped {
-                return None;
-            }
-            scan.eat(b':')?;
-            member(scan, key)
-        })
+        self.sequence(b'{', b'}', |scan| scan.member(&mut member))
+    }
+
+    /// One member: its key (without an escape), the colon, and its value, read by `value`.
+    fn member(&mut self, value: &mut impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'"')?;
+        let (key, escaped) = self.string()?;
+        if escaped {
+            return None;
+        }
+        self.eat(b':')?;
+        value(self, key)
     }
 
     /// Reads an object whose member `name` is read by `read`, once (a derived struct refuses a
@@ -94,18 +97,56 @@ impl<'a> Scan<'a> {
     pub(super) fn only(
         &mut self,
         name: &str,
+        read: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.only_led(name, None, read)
+    }
+
+    /// [`only`](Self::only), for an object that opens the text, resuming after `lead` when the
+    /// text begins with it: the object's opening and the members skipped before `name` in the
+    /// last text read this way, each of the same stream's events repeats them (Chat's id,
+    /// object, creation time and model; Messages' type and index). A reading depends only on
+    /// the bytes read, so after the same bytes it is where the last one was there: inside the
+    /// object, `name` not yet met, at a member. The lead then kept is this text's.
+    pub(super) fn only_led(
+        &mut self,
+        name: &str,
+        lead: Option<&mut EventLead>,
         mut read: impl FnMut(&mut Self) -> Option<()>,
     ) -> Option<()> {
+        let opens = self.at == 0;
+        let resumed = match lead.as_deref() {
+            Some(lead) if opens && lead.begins(self.bytes()) => Some(lead.bytes.len()),
+            _ => None,
+        };
         let mut seen = false;
-        self.members(|scan, key| {
-            if key != name {
-                return scan.skip();
+        // Whether members were skipped before `name`, and where `name`'s member starts then.
+        let (mut skipped, mut named_at) = (resumed.is_some(), None);
+        let mut item = |scan: &mut Self| {
+            let start = scan.at;
+            scan.member(&mut |scan, key| {
+                if key != name {
+                    skipped |= !seen;
+                    return scan.skip();
+                }
+                if std::mem::replace(&mut seen, true) {
+                    return None;
+                }
+                named_at = skipped.then_some(start);
+                read(scan)
+            })
+        };
+        match resumed {
+            Some(after) => {
+                self.at = after;
+                self.items(b'}', &mut item)?;
             }
-            if std::mem::replace(&mut seen, true) {
-                return None;
-            }
-            read(scan)
-        })
+            None => self.sequence(b'{', b'}', item)?,
+        }
+        if let Some(lead) = lead.filter(|_| opens) {
+            lead.keep(self.bytes(), named_at, resumed);
+        }
+        Some(())
     }
 
     /// Reads an array, `element` reading each of its values.
@@ -125,6 +166,11 @@ impl<'a> Scan<'a> {
             self.at += 1;
             return Some(());
         }
+        self.items(close, &mut item)
+    }
+
+    /// A sequence's items from one (after its opening or a comma) to its `close`.
+    fn items(&mut self, close: u8, item: &mut impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         loop {
             item(self)?;
             match self.peek()? {
@@ -274,6 +320,33 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// The opening of the last event read by [`Scan::only_led`] up to its member read, when
+/// members were skipped before it: where the next event of the stream, beginning with the
+/// same bytes, is read from. Held by whoever reads a stream's events, one after another.
+#[derive(Clone, Debug, Default)]
+pub struct EventLead {
+    bytes: Vec<u8>,
+}
+
+impl EventLead {
+    /// `text` begins with the lead (none begins with an empty one).
+    fn begins(&self, text: &[u8]) -> bool {
+        !self.bytes.is_empty() && text.starts_with(&self.bytes)
+    }
+
+    /// Keeps `text` up to `end` (nothing without one); `resumed`, the length of the lead it
+    /// began with (then the bytes up to there are the same, and only the rest is copied).
+    fn keep(&mut self, text: &[u8], end: Option<usize>, resumed: Option<usize>) {
+        let Some(end) = end else {
+            self.bytes.clear();
+            return;
+        };
+        let same = resumed.filter(|&len| len <= end).unwrap_or(0);
+        self.bytes.truncate(same);
+        self.bytes.extend_from_slice(&text[same..end]);
+    }
+}
+
 /// The high bit of each byte of `word` (read little-endian) that is one of [`STOPS`], exact
 /// for the first such byte (a borrow can flag a later byte too, never an earlier one).
 fn stops_in(word: u64) -> u64 {
@@ -315,7 +388,7 @@ mod tests {
     use super::*;
 
     type Reading = for<'d> fn(&'d str) -> Option<Cow<'d, str>>;
-    type Quick = for<'d> fn(&'d str) -> Option<Option<Cow<'d, str>>>;
+    type Quick = for<'d> fn(&'d str, &mut EventLead) -> Option<Option<Cow<'d, str>>>;
 
     /// Each protocol's serde_json reading and quick reading of an event's text.
     const READERS: [(&str, Reading, Quick); 3] = [
@@ -333,7 +406,7 @@ mod tests {
         READERS
             .iter()
             .map(|(name, serde, quick)| {
-                let quick = quick(data).map(|text| text.map(Cow::into_owned));
+                let quick = quick(data, &mut EventLead::default()).map(|t| t.map(Cow::into_owned));
                 if let Some(text) = &quick {
                     let expected = serde(data).map(Cow::into_owned);
                     assert_eq!(text, &expected, "{name} reads {data:?}");
@@ -474,6 +547,99 @@ mod tests {
         }
     }
 
+    /// Each protocol's reading of `events` in order, with one lead, against each read alone.
+    fn led(events: &[&str]) -> Vec<[Option<Option<String>>; 3]> {
+        let mut leads: [EventLead; 3] = Default::default();
+        events
+            .iter()
+            .map(|data| {
+                let alone = quick(data);
+                std::array::from_fn(|i| {
+                    let reading =
+                        (READERS[i].2)(data, &mut leads[i]).map(|text| text.map(Cow::into_owned));
+                    assert_eq!(
+                        reading, alone[i],
+                        "{} reads {data:?} after a lead",
+                        READERS[i].0
+                    );
+                    reading
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_streams_events_are_read_after_the_opening_they_repeat() {
+        let chat = |text: &str| {
+            format!(
+                r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
+            )
+        };
+        let (first, second) = (chat("w0 "), chat("w1 "));
+        let mut lead = EventLead::default();
+        assert_eq!(
+            chat::quick_event_text(&first, &mut lead),
+            Some(Some("w0 ".into()))
+        );
+        // The opening up to `choices`, its comma included, is kept.
+        let opening = &first[..first.find(r#""choices""#).unwrap()];
+        assert_eq!(lead.bytes, opening.as_bytes());
+        assert_eq!(
+            chat::quick_event_text(&second, &mut lead),
+            Some(Some("w1 ".into()))
+        );
+        assert_eq!(lead.bytes, opening.as_bytes());
+        // Read after the lead, not from the start: bytes the reader would refuse (a leading
+        // zero) are passed over when the lead holds them.
+        let odd = r#"{"n":01,"choices":[{"delta":{"content":"x"}}]}"#;
+        assert_eq!(chat::quick_event_text(odd, &mut EventLead::default()), None);
+        let mut lead = EventLead {
+            bytes: br#"{"n":01,"#.to_vec(),
+        };
+        assert_eq!(
+            chat::quick_event_text(odd, &mut lead),
+            Some(Some("x".into()))
+        );
+        // An event that begins otherwise is read from the start, and its opening kept.
+        let messages =
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}"#;
+        let mut lead = EventLead::default();
+        assert_eq!(
+            messages::quick_event_text(messages, &mut lead),
+            Some(Some("a".into()))
+        );
+        assert_eq!(lead.bytes, br#"{"type":"content_block_delta","index":0,"#);
+        let stop = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#;
+        assert_eq!(messages::quick_event_text(stop, &mut lead), Some(None));
+        assert_eq!(lead.bytes, br#"{"type":"message_delta","#);
+        // Nothing skipped before the member, or no such member: no lead.
+        let first_member = r#"{"delta":{"text":"b"},"index":0}"#;
+        assert_eq!(
+            messages::quick_event_text(first_member, &mut lead),
+            Some(Some("b".into()))
+        );
+        assert!(lead.bytes.is_empty());
+        let without = r#"{"type":"ping","index":0}"#;
+        lead.bytes = br#"{"type":"ping","#.to_vec();
+        assert_eq!(messages::quick_event_text(without, &mut lead), Some(None));
+        assert!(lead.bytes.is_empty());
+        // A sequence: each reading is the reading alone, whatever the lead.
+        led(&[
+            &first,
+            &second,
+            messages,
+            stop,
+            &first,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[]}"#,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","usage":{"total_tokens":3}}"#,
+            &first,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"delta":{"content":"a"},"delta":null}]}"#,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","#,
+            &second,
+        ]);
+    }
+
     // Native only: proptest forks and times out with processes.
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
@@ -482,6 +648,52 @@ mod tests {
         fn where_it_is_sure_it_reads_as_serde_json(data in event_like()) {
             agrees(&data);
         }
+
+        #[test]
+        fn a_lead_changes_no_reading(events in proptest::collection::vec(stream_event(), 1..12)) {
+            led(&events.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+
+    /// Events of a stream, made of members that recur (so that events begin alike), some cut
+    /// short or with white space around the object.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn stream_event() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let members = [
+            r#""id":"chatcmpl-1""#,
+            r#""object":"chat.completion.chunk""#,
+            r#""created":1"#,
+            r#""created":17"#,
+            r#""model":"m""#,
+            r#""type":"content_block_delta""#,
+            r#""type":"response.output_text.delta""#,
+            r#""index":0"#,
+            r#""n":01"#,
+            r#""x":1.5"#,
+            r#" "ws" : [ true , null ] "#,
+            r#""choices":[{"delta":{"content":"a"}}]"#,
+            r#""choices":[{"index":0,"delta":{"content":"b\n"}}]"#,
+            r#""choices":[]"#,
+            r#""choices":null"#,
+            r#""delta":{"text":"t"}"#,
+            r#""delta":"u""#,
+            r#""delta":null"#,
+            r#""d\u0065lta":1"#,
+            r#""usage":null"#,
+        ];
+        (
+            proptest::collection::vec(proptest::sample::select(members.to_vec()), 0..7),
+            prop_oneof![3 => Just(""), 1 => Just(" ")],
+            prop_oneof![4 => Just(None), 1 => (0usize..200).prop_map(Some)],
+        )
+            .prop_map(|(members, space, cut)| {
+                let mut event = format!("{space}{{{}}}{space}", members.join(","));
+                if let Some(cut) = cut {
+                    event.truncate(cut.min(event.len()));
+                }
+                event
+            })
     }
 
     /// JSON texts made of the members the readings look for, with values of every kind

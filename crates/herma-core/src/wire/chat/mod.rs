@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 pub(super) use read::tool_name;
 
 use super::direct::DirectAnswer;
-use super::quick::Scan;
+use super::quick::{EventLead, Scan};
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -70,10 +70,14 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `choices` once, each
 /// choice's `delta` and `message` once and either `null` or an object of a `content` text.
-pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+/// From after `lead` where the event begins with it.
+pub(super) fn quick_event_text<'d>(
+    data: &'d str,
+    lead: &mut EventLead,
+) -> Option<Option<Cow<'d, str>>> {
     let mut text = None;
     Scan::whole(data, |scan| {
-        scan.only("choices", |scan| {
+        scan.only_led("choices", Some(lead), |scan| {
             let mut first = true;
             scan.elements(|scan| {
                 let (mut delta, mut message, mut content) = (false, false, None);
@@ -182,8 +186,8 @@ impl WireProtocol for ChatCompletions {
     }
 
     /// The first choice's `delta.content`.
-    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        quick_event_text(data).unwrap_or_else(|| event_text(data))
+    fn stream_text<'d>(&self, data: &'d str, lead: &mut EventLead) -> Option<Cow<'d, str>> {
+        quick_event_text(data, lead).unwrap_or_else(|| event_text(data))
     }
 
     /// Every choice's `message.content`.

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::direct::DirectAnswer;
-use super::quick::Scan;
+use super::quick::{EventLead, Scan};
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -60,11 +60,14 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 }
 
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `delta` once, `null`
-/// or an object of a `text` text.
-pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+/// or an object of a `text` text. From after `lead` where the event begins with it.
+pub(super) fn quick_event_text<'d>(
+    data: &'d str,
+    lead: &mut EventLead,
+) -> Option<Option<Cow<'d, str>>> {
     let mut text = None;
     Scan::whole(data, |scan| {
-        scan.only("delta", |scan| {
+        scan.only_led("delta", Some(lead), |scan| {
             text = scan.text_in("text")?;
             Some(())
         })
@@ -154,8 +157,8 @@ impl WireProtocol for Messages {
     }
 
     /// A `content_block_delta`'s `delta.text`.
-    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        quick_event_text(data).unwrap_or_else(|| event_text(data))
+    fn stream_text<'d>(&self, data: &'d str, lead: &mut EventLead) -> Option<Cow<'d, str>> {
+        quick_event_text(data, lead).unwrap_or_else(|| event_text(data))
     }
 
     /// Every content block's `text`.

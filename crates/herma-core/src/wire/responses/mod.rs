@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 
 use super::chat::ChatCompletions;
 use super::direct::DirectAnswer;
-use super::quick::Scan;
+use super::quick::{EventLead, Scan};
 use super::raw::{Obj, Raw};
 use super::stream::EventDecoder;
 use super::{Envelope, WireProtocol, answer, usage};
@@ -51,8 +51,11 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 }
 
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `type` and `delta`
-/// once each, read as texts.
-pub(super) fn quick_event_text(data: &str) -> Option<Option<Cow<'_, str>>> {
+/// once each, read as texts. Its events open with the `type` it reads: no lead is kept.
+pub(super) fn quick_event_text<'d>(
+    data: &'d str,
+    _lead: &mut EventLead,
+) -> Option<Option<Cow<'d, str>>> {
     let (mut kind, mut delta) = (None, None);
     Scan::whole(data, |scan| {
         scan.members(|scan, key| {
@@ -177,8 +180,8 @@ impl WireProtocol for Responses {
     }
 
     /// A `response.output_text.delta` event's `delta`.
-    fn stream_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
-        quick_event_text(data).unwrap_or_else(|| event_text(data))
+    fn stream_text<'d>(&self, data: &'d str, lead: &mut EventLead) -> Option<Cow<'d, str>> {
+        quick_event_text(data, lead).unwrap_or_else(|| event_text(data))
     }
 
     /// Every output item's content parts' `text`.
