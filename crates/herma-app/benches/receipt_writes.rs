@@ -32,7 +32,8 @@ fn bench(c: &mut Criterion) {
         unresolved_context_refs: vec![],
         upstream_status: Some(200),
         usage: Some(
-            serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}),
+            serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18})
+                .into(),
         ),
         timings: Timings {
             decision_micros: 30,

@@ -399,10 +399,13 @@ fn bench_seal(c: &mut Criterion) {
         }],
         unresolved_context_refs: vec![],
         upstream_status: Some(200),
-        usage: Some(serde_json::json!({
-            "input_tokens": 4211, "output_tokens": 57,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 3968
-        })),
+        usage: Some(
+            serde_json::json!({
+                "input_tokens": 4211, "output_tokens": 57,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 3968
+            })
+            .into(),
+        ),
         timings: Timings {
             decision_micros: 41,
             upstream_headers_micros: Some(1830),

@@ -631,7 +631,7 @@ fn receipt(scope: &CallerScope, id: &str, created: i64) -> InjectionReceipt {
         shimmed_context_refs: vec![],
         unresolved_context_refs: vec![],
         upstream_status: Some(200),
-        usage: Some(json!({"input_tokens": 3})),
+        usage: Some(json!({"input_tokens": 3}).into()),
         timings: Timings {
             decision_micros: 12,
             upstream_headers_micros: Some(40),

@@ -17,7 +17,8 @@ pub use provision::{
     ProvisionSpec, SemanticTrigger, TriggerMode, Triggers, Unit,
 };
 pub use receipt::{
-    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier, Timings,
+    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier,
+    Timings, Usage,
 };
 
 use crate::problem::{FieldError, Problem};

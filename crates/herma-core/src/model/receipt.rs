@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::context::ContextKind;
 use crate::caller::CallerScope;
@@ -185,7 +186,7 @@ pub struct ReceiptBody {
     /// Token usage as the upstream reported it, when observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
-    pub usage: Option<Value>,
+    pub usage: Option<Usage>,
     pub timings: Timings,
     /// How the forwarded response's body ended, when one was relayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,7 +265,7 @@ impl ReceiptBody {
         }
         if let Some(usage) = usage {
             out.extend_from_slice(b",\"usage\":");
-            write_serialized(out, usage);
+            out.extend_from_slice(usage.as_str().as_bytes());
         }
         let Timings {
             decision_micros,
@@ -413,6 +414,52 @@ impl ShimmedRef {
     }
 }
 
+/// A receipt's token usage: the object the upstream reported (merged, less its top-level
+/// nulls), kept as the compact JSON serde_json writes for it, which is the text the receipt's
+/// canonical JSON holds. Equal when their texts are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Usage(Box<str>);
+
+impl Usage {
+    /// `value` as serde_json writes it.
+    pub fn new(value: &Value) -> Self {
+        Self(value.to_string().into())
+    }
+
+    /// `json`, a value as serde_json writes it (the caller's promise; see
+    /// [`crate::wire::usage`], which checks it).
+    pub(crate) fn written(json: String) -> Self {
+        Self(json.into())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Value> for Usage {
+    fn from(value: Value) -> Self {
+        Self::new(&value)
+    }
+}
+
+impl Serialize for Usage {
+    /// Its text as it is, for serde_json's writer; as the value it holds for any other.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<&RawValue>(&self.0) {
+            Ok(raw) => raw.serialize(serializer),
+            Err(err) => Err(serde::ser::Error::custom(err)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(|value| Self::new(&value))
+    }
+}
+
 /// Lowercase hex SHA-256 of `data`.
 fn sha256_hex(data: &[u8]) -> String {
     crate::wire::prefixed_digest("", data, 32)
@@ -556,7 +603,7 @@ mod tests {
         }];
         rich.unresolved_context_refs = vec!["gone \"quoted\" é".into()];
         rich.upstream_status = Some(200);
-        rich.usage = Some(serde_json::json!({"input_tokens": 12, "output_tokens": 3}));
+        rich.usage = Some(serde_json::json!({"input_tokens": 12, "output_tokens": 3}).into());
         rich.timings = Timings {
             decision_micros: 41,
             upstream_headers_micros: Some(900),
@@ -719,7 +766,7 @@ mod tests {
                 ),
                 (
                     proptest::option::of(any::<u16>()),
-                    proptest::option::of(usage()),
+                    proptest::option::of(usage().prop_map(Usage::from)),
                     (
                         any::<u64>(),
                         proptest::option::of(any::<u64>()),

@@ -564,7 +564,7 @@ fn the_usage_observer_and_the_decoder_read_usage_from_the_same_events() {
         }
         assert_eq!(
             observer.finish(),
-            Some(raw),
+            Some(raw.into()),
             "{protocol:?}: the raw usage, merged"
         );
         assert_eq!(

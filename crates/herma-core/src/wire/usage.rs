@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::Protocol;
 use super::answer::{AnswerText, StreamEvents, response_text};
 use super::sse::{Event, Reader};
+use crate::model::Usage;
 
 /// A response body read only for its `usage` member.
 #[derive(Deserialize)]
@@ -120,11 +121,13 @@ impl UsageObserver {
     }
 
     /// The usage reported, if any (Anthropic's `message_start` and `message_delta` are merged).
-    pub fn finish(mut self) -> Option<Value> {
-        if self.whole_object() {
-            merge_raw(&mut self.usage, self.protocol.wire().body_usage(&self.json));
-        }
-        self.usage.map(Value::Object)
+    pub fn finish(self) -> Option<Usage> {
+        let raw = if self.whole_object() {
+            self.protocol.wire().body_usage(&self.json)
+        } else {
+            None
+        };
+        with_raw(self.usage, raw)
     }
 
     /// [`finish`](Self::finish), and for a JSON body of at most `max_body` bytes also its
@@ -133,10 +136,10 @@ impl UsageObserver {
     /// ([`body_usage_and_text`](super::WireProtocol::body_usage_and_text)), else apart. No
     /// text for a stream, or a body too large to have been kept whole.
     pub fn finish_with_text(
-        mut self,
+        self,
         max_chars: usize,
         max_body: usize,
-    ) -> (Option<Value>, Option<String>) {
+    ) -> (Option<Usage>, Option<String>) {
         if self.streaming || self.overflowed || self.json.len() > max_body {
             return (self.finish(), None);
         }
@@ -144,8 +147,7 @@ impl UsageObserver {
         if self.whole_object() {
             let mut text = AnswerText::new(max_chars);
             if let Some(raw) = wire.body_usage_and_text(&self.json, &mut |t| text.push(t)) {
-                merge_raw(&mut self.usage, raw);
-                return (self.usage.map(Value::Object), Some(text.into_string()));
+                return (with_raw(self.usage, raw), Some(text.into_string()));
             }
         }
         let text = response_text(self.protocol, false, &self.json, max_chars);
@@ -173,10 +175,174 @@ fn may_carry_usage(data: &str) -> bool {
     })
 }
 
-/// Adds the members of `raw`, a body's usage, when it is an object.
-fn merge_raw(into: &mut Option<Map<String, Value>>, raw: Option<&str>) {
-    if let Some(found) = raw.and_then(|raw| serde_json::from_str::<Map<String, Value>>(raw).ok()) {
-        merge(into, found);
+/// The usage the events reported (`found`) with the members of `raw`, a body's usage, added
+/// when it is an object.
+fn with_raw(mut found: Option<Map<String, Value>>, raw: Option<&str>) -> Option<Usage> {
+    // A JSON body's usage alone (events carry none): written as read where that is sure.
+    if found.is_none()
+        && let Some(written) = raw.and_then(written_as_read)
+    {
+        return Some(Usage::written(written));
+    }
+    if let Some(map) = raw.and_then(|raw| serde_json::from_str::<Map<String, Value>>(raw).ok()) {
+        merge(&mut found, map);
+    }
+    found.map(|usage| Usage::new(&Value::Object(usage)))
+}
+
+/// Deepest object [`written_as_read`] writes; deeper usages are read into a map.
+const MAX_USAGE_DEPTH: u32 = 4;
+
+/// The most members an object of [`written_as_read`] may have.
+const MAX_USAGE_MEMBERS: usize = 16;
+
+/// `raw`, a JSON object, as serde_json writes it once read into a map with its top-level nulls
+/// dropped (a usage alone, [`merge`]'s first), without reading it into one: compact, in the
+/// same order. Where that is not sure, `None`: a key or a string with an escape (serde_json
+/// writes its own), a repeated key (a map keeps one), a number with a sign, a fraction or an
+/// exponent or of more than 18 digits (serde_json may write it otherwise), an array, nesting
+/// past [`MAX_USAGE_DEPTH`] or more than [`MAX_USAGE_MEMBERS`] members, and anything that is
+/// not JSON; the caller then reads it with serde_json.
+fn written_as_read(raw: &str) -> Option<String> {
+    let mut copy = Copy {
+        text: raw,
+        bytes: raw.as_bytes(),
+        at: 0,
+        out: String::with_capacity(raw.len()),
+    };
+    copy.object(0)?;
+    copy.space();
+    (copy.at == raw.len()).then_some(copy.out)
+}
+
+/// [`written_as_read`]'s cursor: the text read and what is written of it.
+struct Copy<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+    out: String,
+}
+
+impl<'a> Copy<'a> {
+    /// Past JSON's white space.
+    fn space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after white space is `byte`: taken.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.bytes.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    /// An object at `depth` (0: the usage, whose null members are dropped).
+    fn object(&mut self, depth: u32) -> Option<()> {
+        self.eat(b'{')?;
+        self.out.push('{');
+        let mut keys: [&str; MAX_USAGE_MEMBERS] = [""; MAX_USAGE_MEMBERS];
+        let (mut count, mut written) = (0, false);
+        self.space();
+        if self.bytes.get(self.at) == Some(&b'}') {
+            self.at += 1;
+            self.out.push('}');
+            return Some(());
+        }
+        loop {
+            self.eat(b'"')?;
+            let key = self.plain()?;
+            if count == MAX_USAGE_MEMBERS || keys[..count].contains(&key) {
+                return None;
+            }
+            keys[count] = key;
+            count += 1;
+            self.eat(b':')?;
+            self.space();
+            if depth == 0 && self.literal("null") {
+                // Dropped, as a usage's top-level nulls are.
+            } else {
+                if std::mem::replace(&mut written, true) {
+                    self.out.push(',');
+                }
+                self.out.push('"');
+                self.out.push_str(key);
+                self.out.push_str("\":");
+                self.value(depth)?;
+            }
+            self.space();
+            match self.bytes.get(self.at)? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    self.out.push('}');
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A member's value, written.
+    fn value(&mut self, depth: u32) -> Option<()> {
+        match *self.bytes.get(self.at)? {
+            b'"' => {
+                self.at += 1;
+                let text = self.plain()?;
+                self.out.push('"');
+                self.out.push_str(text);
+                self.out.push('"');
+                Some(())
+            }
+            b'{' if depth + 1 < MAX_USAGE_DEPTH => self.object(depth + 1),
+            b't' | b'f' | b'n' => {
+                let word = ["true", "false", "null"]
+                    .into_iter()
+                    .find(|word| self.literal(word))?;
+                self.out.push_str(word);
+                Some(())
+            }
+            b'0'..=b'9' => {
+                let start = self.at;
+                while self.bytes.get(self.at).is_some_and(u8::is_ascii_digit) {
+                    self.at += 1;
+                }
+                let digits = self.at - start;
+                let leading_zero = digits > 1 && self.bytes[start] == b'0';
+                if digits > 18 || leading_zero {
+                    return None;
+                }
+                if let Some(b'.' | b'e' | b'E') = self.bytes.get(self.at) {
+                    return None;
+                }
+                self.out.push_str(self.text.get(start..self.at)?);
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// `word` is next: taken.
+    fn literal(&mut self, word: &str) -> bool {
+        let found = self
+            .bytes
+            .get(self.at..)
+            .is_some_and(|rest| rest.starts_with(word.as_bytes()));
+        if found {
+            self.at += word.len();
+        }
+        found
+    }
+
+    /// A string's text, its opening quote read: `None` at an escape or a control character.
+    fn plain(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        self.at = crate::json::plain(self.bytes, start);
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        self.at += 1;
+        self.text.get(start..self.at - 1)
     }
 }
 
@@ -247,7 +413,7 @@ mod tests {
         }
         assert_eq!(
             o.finish(),
-            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}))
+            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}).into())
         );
     }
 
@@ -256,14 +422,23 @@ mod tests {
     fn responses_and_chat_streams_and_json_bodies() {
         let mut o = UsageObserver::new(Protocol::Responses, true);
         o.feed(b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"total_tokens\":9}}}\n\n");
-        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 9})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"total_tokens": 9}).into())
+        );
         let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
         o.feed(b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n");
-        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"total_tokens": 3}).into())
+        );
         let mut o = UsageObserver::new(Protocol::ChatCompletions, false);
         o.feed(b"{\"id\":\"x\",\"usage\":{\"prompt_tokens\":");
         o.feed(b"4}}");
-        assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"prompt_tokens": 4}).into())
+        );
         let mut o = UsageObserver::new(Protocol::Messages, false);
         o.feed(b"not json");
         assert_eq!(o.finish(), None);
@@ -275,7 +450,10 @@ mod tests {
         // A text a strict decoder refuses (a lone surrogate) does not hide the usage beside it.
         let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
         o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}],\"usage\":{\"total_tokens\":3}}\n\n");
-        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"total_tokens": 3}).into())
+        );
         // Events that are not JSON, or whose usage is not an object, report none.
         let mut o = UsageObserver::new(Protocol::Messages, true);
         o.feed(b"data: {\"usage\":\n\ndata: {\"usage\":null}\n\ndata: {\"message\":{\"usage\":[1]}}\n\n");
@@ -291,11 +469,14 @@ mod tests {
         o.feed(stream.as_bytes());
         assert_eq!(
             o.finish(),
-            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}))
+            Some(serde_json::json!({"input_tokens": 12, "output_tokens": 7}).into())
         );
         let mut o = UsageObserver::new(Protocol::ChatCompletions, false);
         o.feed(b"{\"usage\":{\"prompt_tokens\":4,\"completion_tokens_details\":null}}");
-        assert_eq!(o.finish(), Some(serde_json::json!({"prompt_tokens": 4})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"prompt_tokens": 4}).into())
+        );
     }
 
     #[test]
@@ -317,12 +498,15 @@ mod tests {
         let mut o = UsageObserver::new(Protocol::ChatCompletions, true);
         o.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null\"}}],\"usage\":null}\n\n");
         o.feed(b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n\n");
-        assert_eq!(o.finish(), Some(serde_json::json!({"total_tokens": 3})));
+        assert_eq!(
+            o.finish(),
+            Some(serde_json::json!({"total_tokens": 3}).into())
+        );
     }
 
     /// What a JSON body's observer gives with its text: the usage alone, and the text as
     /// memory would read it from the bytes (`None` where it is not to be read).
-    fn apart(protocol: Protocol, body: &[u8], max_chars: usize) -> (Option<Value>, String) {
+    fn apart(protocol: Protocol, body: &[u8], max_chars: usize) -> (Option<Usage>, String) {
         let mut observer = UsageObserver::new(protocol, false);
         observer.feed(body);
         let text = response_text(protocol, false, body, max_chars);
@@ -334,7 +518,7 @@ mod tests {
         body: &[u8],
         max_chars: usize,
         max_body: usize,
-    ) -> (Option<Value>, Option<String>) {
+    ) -> (Option<Usage>, Option<String>) {
         let mut observer = UsageObserver::new(protocol, false);
         // In two chunks, as a body may arrive.
         let (first, rest) = body.split_at(body.len() / 2);
@@ -401,7 +585,8 @@ mod tests {
                 .body_usage_and_text(body.as_bytes(), &mut |t| pushed.push_str(t));
             assert_eq!(read, Some(Some(usage)), "{protocol:?}");
             assert_eq!(pushed, *text);
-            let expected = serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7});
+            let expected =
+                Usage::from(serde_json::json!({"prompt_tokens": 11, "completion_tokens": 7}));
             assert_eq!(
                 with_text(*protocol, body.as_bytes(), 100, 1 << 20),
                 (Some(expected), Some((*text).to_owned()))
@@ -442,9 +627,109 @@ mod tests {
         );
     }
 
+    /// A usage alone as serde_json gives it: read into a map, its top-level nulls dropped,
+    /// written.
+    fn read_into_a_map(raw: &str) -> Option<Usage> {
+        let mut map = serde_json::from_str::<Map<String, Value>>(raw).ok()?;
+        map.retain(|_, value| !value.is_null());
+        Some(Usage::new(&Value::Object(map)))
+    }
+
+    /// `raw`'s usage alone, where it is written as read: that is serde_json's.
+    fn written_agrees(raw: &str) -> Option<String> {
+        let written = written_as_read(raw);
+        if let Some(written) = &written {
+            assert_eq!(
+                Some(Usage::written(written.clone())),
+                read_into_a_map(raw),
+                "{raw:?}"
+            );
+        }
+        assert_eq!(with_raw(None, Some(raw)), read_into_a_map(raw), "{raw:?}");
+        written
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_bodys_usage_is_written_as_read_where_that_is_serde_jsons_writing() {
+        // The upstreams' usages: written as read.
+        for (raw, written) in [
+            (
+                r#"{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}"#,
+                r#"{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}"#,
+            ),
+            (
+                r#"{ "prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29, "prompt_tokens_details": { "cached_tokens": 0, "audio_tokens": 0 }, "completion_tokens_details": { "reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0 } }"#,
+                r#"{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}"#,
+            ),
+            (
+                "{\n  \"input_tokens\": 2095,\n  \"cache_creation_input_tokens\": 0,\n  \"cache_read_input_tokens\": 0,\n  \"cache_creation\": {\"ephemeral_5m_input_tokens\": 0, \"ephemeral_1h_input_tokens\": 0},\n  \"output_tokens\": 503,\n  \"service_tier\": \"standard\",\n  \"server_tool_use\": null\n}",
+                r#"{"input_tokens":2095,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":503,"service_tier":"standard"}"#,
+            ),
+            (
+                r#"{"input_tokens":5,"output_tokens_details":{"reasoning_tokens":0,"x":null,"ok":true,"no":false},"n":null}"#,
+                r#"{"input_tokens":5,"output_tokens_details":{"reasoning_tokens":0,"x":null,"ok":true,"no":false}}"#,
+            ),
+            (r#"{"a":null}"#, "{}"),
+            ("{}", "{}"),
+            (r#"{"é":"ü ☃"}"#, r#"{"é":"ü ☃"}"#),
+        ] {
+            assert_eq!(written_agrees(raw).as_deref(), Some(written), "{raw:?}");
+        }
+        // Elsewhere serde_json reads it (the same usage, or none).
+        for raw in [
+            r#"{"a":"\u00e9"}"#,
+            r#"{"\u0061":1}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"a":null}"#,
+            r#"{"d":{"a":1,"a":2}}"#,
+            r#"{"a":-1}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e2}"#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"a":[1,2]}"#,
+            r#"{"a":{"b":{"c":{"d":{"e":1}}}}}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":tru}"#,
+            r#"{"a":nullx}"#,
+            "{\"a\":\"tab\there\"}",
+            r#"{"a":1"#,
+            "[1]",
+            "null",
+            "",
+        ] {
+            assert_eq!(written_agrees(raw), None, "{raw:?}");
+        }
+        let many = format!(
+            "{{{}}}",
+            (0..=MAX_USAGE_MEMBERS)
+                .map(|i| format!("\"k{i}\":{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(written_agrees(&many), None);
+        // Events' usages are merged into a map first.
+        let merged = with_raw(
+            serde_json::from_str(r#"{"input_tokens":3}"#).ok(),
+            Some(r#"{"output_tokens":4,"input_tokens":null}"#),
+        );
+        assert_eq!(
+            merged.unwrap().as_str(),
+            r#"{"input_tokens":3,"output_tokens":4}"#
+        );
+    }
+
     // Native only: proptest forks and times out with processes.
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
+        #[test]
+        fn a_usage_is_written_as_read_or_read_into_a_map(raw in usage_like()) {
+            written_agrees(&raw);
+        }
+
         #[test]
         fn usage_and_text_read_together_agree_with_reading_them_apart(text in answer_like()) {
             agrees(text.as_bytes());
@@ -545,6 +830,40 @@ mod tests {
         ];
         let keys = [
             "choices", "message", "content", "text", "output", "usage", "other",
+        ];
+        super::super::tests::json_like(&scalars, &keys)
+    }
+
+    /// Usage-like JSON texts: objects of token counts and details, with the values and keys
+    /// that are written otherwise than read or refused.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn usage_like() -> impl proptest::strategy::Strategy<Value = String> {
+        let scalars = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "7",
+            "18",
+            "-3",
+            "-0",
+            "01",
+            "1.5",
+            "1e2",
+            "123456789012345678",
+            "1234567890123456789",
+            r#""standard""#,
+            r#""é \u00e9""#,
+            r#""q\"q""#,
+            r#""☃""#,
+        ];
+        let keys = [
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "details",
+            "a\\u0062",
+            "é",
         ];
         super::super::tests::json_like(&scalars, &keys)
     }
