@@ -9,6 +9,7 @@
 #![no_main]
 
 use herma_core::call::ModelEvent;
+use herma_core::model::Usage;
 use herma_core::wire::Protocol;
 use herma_core::wire::stream::{StreamDecoder, StreamError};
 use herma_core::wire::usage::UsageObserver;
@@ -34,7 +35,7 @@ fn decode(protocol: Protocol, chunks: &[&[u8]]) -> Decoded {
     Decoded { out, finished, end }
 }
 
-fn observe(protocol: Protocol, streaming: bool, chunks: &[&[u8]]) -> (bool, Option<Value>) {
+fn observe(protocol: Protocol, streaming: bool, chunks: &[&[u8]]) -> (bool, Option<Usage>) {
     let mut observer = UsageObserver::new(protocol, streaming);
     for chunk in chunks {
         observer.feed(chunk);
@@ -77,7 +78,11 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
             if let (_, Some(usage)) = &seen {
-                assert!(usage.is_object(), "usage is an object");
+                let value = serde_json::from_str::<Value>(usage.as_str());
+                assert!(
+                    value.is_ok_and(|value| value.is_object()),
+                    "usage is an object's JSON"
+                );
             }
         }
     }
