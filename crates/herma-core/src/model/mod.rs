@@ -8,6 +8,8 @@ mod outcome;
 pub(crate) mod provision;
 mod receipt;
 
+/// A receipt's usage: its type lives with the observer that writes it.
+pub use crate::wire::usage::Usage;
 pub use context::{ContextEntry, ContextEntrySpec, ContextKind, MAX_BODY_CHARS, MAX_URI_CHARS};
 pub use entity::{EntityKind, WorkingEntity};
 pub use harness_key::HarnessKey;
@@ -17,8 +19,7 @@ pub use provision::{
     ProvisionSpec, SemanticTrigger, TriggerMode, Triggers, Unit,
 };
 pub use receipt::{
-    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier,
-    Timings, Usage,
+    InjectionReceipt, MatchedRule, ReceiptAction, ReceiptBody, ShimmedRef, StreamEnd, Tier, Timings,
 };
 
 use crate::problem::{FieldError, Problem};

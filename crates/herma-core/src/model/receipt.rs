@@ -3,14 +3,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
-use serde_json::value::RawValue;
+use serde::{Deserialize, Serialize};
 
 use super::context::ContextKind;
 use crate::caller::CallerScope;
 use crate::json::{write_bool, write_serialized, write_string, write_strings, write_unsigned};
 use crate::time::Timestamp;
+use crate::wire::usage::Usage;
 
 /// Which tier decided a match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -414,52 +413,6 @@ impl ShimmedRef {
     }
 }
 
-/// A receipt's token usage: the object the upstream reported (merged, less its top-level
-/// nulls), kept as the compact JSON serde_json writes for it, which is the text the receipt's
-/// canonical JSON holds. Equal when their texts are.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Usage(Box<str>);
-
-impl Usage {
-    /// `value` as serde_json writes it.
-    pub fn new(value: &Value) -> Self {
-        Self(value.to_string().into())
-    }
-
-    /// `json`, a value as serde_json writes it (the caller's promise; see
-    /// [`crate::wire::usage`], which checks it).
-    pub(crate) fn written(json: String) -> Self {
-        Self(json.into())
-    }
-
-    /// The JSON text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<Value> for Usage {
-    fn from(value: Value) -> Self {
-        Self::new(&value)
-    }
-}
-
-impl Serialize for Usage {
-    /// Its text as it is, for serde_json's writer; as the value it holds for any other.
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match serde_json::from_str::<&RawValue>(&self.0) {
-            Ok(raw) => raw.serialize(serializer),
-            Err(err) => Err(serde::ser::Error::custom(err)),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Usage {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Value::deserialize(deserializer).map(|value| Self::new(&value))
-    }
-}
-
 /// Lowercase hex SHA-256 of `data`.
 fn sha256_hex(data: &[u8]) -> String {
     crate::wire::prefixed_digest("", data, 32)
@@ -520,6 +473,7 @@ mod tests {
     use sha2::{Digest, Sha256};
 
     use super::*;
+    use serde_json::Value;
 
     fn body() -> ReceiptBody {
         ReceiptBody {

@@ -5,14 +5,13 @@
 //! [`WireProtocol::body_usage`](super::WireProtocol::body_usage)); the raw usage objects are
 //! kept as the upstream sent them, merged.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Protocol;
 use super::answer::{AnswerText, StreamEvents, response_text};
 use super::sse::{Event, Reader};
-use crate::model::Usage;
 
 /// A response body read only for its `usage` member.
 #[derive(Deserialize)]
@@ -26,6 +25,52 @@ pub(crate) fn top_level(body: &[u8]) -> Option<&str> {
     super::answer::read::<UsageOnly<'_>>(body)?
         .usage
         .map(RawValue::get)
+}
+
+/// A receipt's token usage: the object the upstream reported (merged, less its top-level
+/// nulls), kept as the compact JSON serde_json writes for it, which is the text the receipt's
+/// canonical JSON holds. Equal when their texts are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Usage(Box<str>);
+
+impl Usage {
+    /// `value` as serde_json writes it.
+    pub fn new(value: &Value) -> Self {
+        Self(value.to_string().into())
+    }
+
+    /// `json`, a value as serde_json writes it (the caller's promise: [`written_as_read`]
+    /// checks it).
+    fn written(json: String) -> Self {
+        Self(json.into())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Value> for Usage {
+    fn from(value: Value) -> Self {
+        Self::new(&value)
+    }
+}
+
+impl Serialize for Usage {
+    /// Its text as it is, for serde_json's writer; as the value it holds for any other.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<&RawValue>(&self.0) {
+            Ok(raw) => raw.serialize(serializer),
+            Err(err) => Err(serde::ser::Error::custom(err)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(|value| Self::new(&value))
+    }
 }
 
 /// Largest JSON body kept for reading usage; larger bodies are relayed but not read.
