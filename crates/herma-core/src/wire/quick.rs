@@ -73,6 +73,26 @@ impl<'a> Scan<'a> {
         scan.end()
     }
 
+    /// An event's text, in its top-level member `name`, read by `read` (once; the event's other
+    /// members are skipped), from after `lead` where the event begins with it
+    /// ([`only_led`](Self::only_led)): the reading each protocol whose events open with other
+    /// members shares.
+    pub(super) fn led_text(
+        data: &'a str,
+        name: &str,
+        lead: &mut EventLead,
+        mut read: impl FnMut(&mut Self) -> Option<Option<Cow<'a, str>>>,
+    ) -> Option<Option<Cow<'a, str>>> {
+        let mut text = None;
+        Self::whole(data, |scan| {
+            scan.only_led(name, Some(lead), |scan| {
+                text = read(scan)?;
+                Some(())
+            })
+        })?;
+        Some(text)
+    }
+
     /// Reads an object, handing each member's key to `member`, which reads its value.
     pub(super) fn members(
         &mut self,
@@ -108,7 +128,7 @@ impl<'a> Scan<'a> {
     /// object, creation time and model; Messages' type and index). A reading depends only on
     /// the bytes read, so after the same bytes it is where the last one was there: inside the
     /// object, `name` not yet met, at a member. The lead then kept is this text's.
-    pub(super) fn only_led(
+    fn only_led(
         &mut self,
         name: &str,
         lead: Option<&mut EventLead>,
@@ -320,7 +340,7 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// The opening of the last event read by [`Scan::only_led`] up to its member read, when
+/// The opening of the last event read by [`Scan::led_text`] up to its member read, when
 /// members were skipped before it: where the next event of the stream, beginning with the
 /// same bytes, is read from. Held by whoever reads a stream's events, one after another.
 #[derive(Clone, Debug, Default)]

@@ -75,31 +75,28 @@ pub(super) fn quick_event_text<'d>(
     data: &'d str,
     lead: &mut EventLead,
 ) -> Option<Option<Cow<'d, str>>> {
-    let mut text = None;
-    Scan::whole(data, |scan| {
-        scan.only_led("choices", Some(lead), |scan| {
-            let mut first = true;
-            scan.elements(|scan| {
-                let (mut delta, mut message, mut content) = (false, false, None);
-                scan.members(|scan, key| match key {
-                    "delta" if !std::mem::replace(&mut delta, true) => {
-                        content = scan.text_in("content")?;
-                        Some(())
-                    }
-                    "message" if !std::mem::replace(&mut message, true) => {
-                        scan.text_in("content").map(drop)
-                    }
-                    "delta" | "message" => None,
-                    _ => scan.skip(),
-                })?;
-                if std::mem::take(&mut first) {
-                    text = content;
+    Scan::led_text(data, "choices", lead, |scan| {
+        let (mut first, mut text) = (true, None);
+        scan.elements(|scan| {
+            let (mut delta, mut message, mut content) = (false, false, None);
+            scan.members(|scan, key| match key {
+                "delta" if !std::mem::replace(&mut delta, true) => {
+                    content = scan.text_in("content")?;
+                    Some(())
                 }
-                Some(())
-            })
-        })
-    })?;
-    Some(text)
+                "message" if !std::mem::replace(&mut message, true) => {
+                    scan.text_in("content").map(drop)
+                }
+                "delta" | "message" => None,
+                _ => scan.skip(),
+            })?;
+            if std::mem::take(&mut first) {
+                text = content;
+            }
+            Some(())
+        })?;
+        Some(text)
+    })
 }
 
 /// Every choice's `message.content`, in order.

@@ -65,14 +65,7 @@ pub(super) fn quick_event_text<'d>(
     data: &'d str,
     lead: &mut EventLead,
 ) -> Option<Option<Cow<'d, str>>> {
-    let mut text = None;
-    Scan::whole(data, |scan| {
-        scan.only_led("delta", Some(lead), |scan| {
-            text = scan.text_in("text")?;
-            Some(())
-        })
-    })?;
-    Some(text)
+    Scan::led_text(data, "delta", lead, |scan| scan.text_in("text"))
 }
 
 /// Every content block's `text`, in order.
