@@ -77,19 +77,29 @@ impl<'a> Scan<'a> {
     /// members are skipped), from after `lead` where the event begins with it
     /// ([`only_led`](Self::only_led)): the reading each protocol whose events open with other
     /// members shares.
+    ///
+    /// An event that is the last one whose text was a string without escapes but for that
+    /// string ([`EventLead::same_but_text`]) is not read again: its text is that string's.
+    /// That holds because `read` only keeps the text it returns, deciding nothing on it.
     pub(super) fn led_text(
         data: &'a str,
         name: &str,
         lead: &mut EventLead,
         mut read: impl FnMut(&mut Self) -> Option<Option<Cow<'a, str>>>,
     ) -> Option<Option<Cow<'a, str>>> {
+        if let Some(text) = lead.same_but_text(data) {
+            return Some(Some(text));
+        }
         let mut text = None;
         Self::whole(data, |scan| {
-            scan.only_led(name, Some(lead), |scan| {
+            scan.only_led(name, Some(&mut *lead), |scan| {
                 text = read(scan)?;
                 Some(())
             })
         })?;
+        if let Some(Cow::Borrowed(raw)) = &text {
+            lead.keep_shape(data, raw);
+        }
         Some(text)
     }
 
@@ -340,15 +350,69 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// The opening of the last event read by [`Scan::led_text`] up to its member read, when
-/// members were skipped before it: where the next event of the stream, beginning with the
-/// same bytes, is read from. Held by whoever reads a stream's events, one after another.
+/// What [`Scan::led_text`] keeps of the events it read, for the next event of the same stream
+/// (held by whoever reads a stream's events, one after another):
+///
+/// - the opening of the last event read, up to its member read, when members were skipped
+///   before it: where the next event, beginning with the same bytes, is read from;
+/// - the last event whose text was a string without escapes, and where that string was in it
+///   (its shape): an event that differs from it only in that string is not read again.
 #[derive(Clone, Debug, Default)]
 pub struct EventLead {
     bytes: Vec<u8>,
+    shape: Vec<u8>,
+    /// Where the text's raw string (between its quotes) is in `shape`.
+    text_at: (usize, usize),
 }
 
 impl EventLead {
+    /// The text of `data` when it is the last shape but for its text's string: the same bytes
+    /// up to the string's opening quote, a string (checked as [`Scan::string`] checks it), and
+    /// the same bytes from its closing quote on. A reading depends only on the bytes read, and
+    /// the readings never look at the text they return, only keep it: up to the string the
+    /// reading of `data` is where the shape's reading was, and from its closing quote on it
+    /// reads the same bytes in the same state, which the shape's reading read through to its
+    /// end; so it returns this string's text. `None` when `data` is not such an event, or its
+    /// string is outside the quick reader's subset (then it is read as any other).
+    fn same_but_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
+        let (start, end) = self.text_at;
+        if self.shape.is_empty() || data.as_bytes().get(..start)? != self.shape.get(..start)? {
+            return None;
+        }
+        let mut scan = Scan {
+            text: data,
+            at: start,
+        };
+        let (raw, escaped) = scan.string()?;
+        // `scan.at` is past the closing quote, as `end + 1` is in the shape.
+        if data.as_bytes().get(scan.at..)? != self.shape.get(end + 1..)? {
+            return None;
+        }
+        if !escaped {
+            return Some(Cow::Borrowed(raw));
+        }
+        unescape(raw).map(Cow::Owned)
+    }
+
+    /// Keeps `data`, read whole, as the shape, its text being `raw`, a string's raw text
+    /// borrowed from it.
+    fn keep_shape(&mut self, data: &str, raw: &str) {
+        let Some(start) = (raw.as_ptr() as usize).checked_sub(data.as_ptr() as usize) else {
+            return;
+        };
+        let end = start + raw.len();
+        // A string's raw text, between its quotes, within `data`.
+        if start == 0 || data.as_bytes().get(start - 1) != Some(&b'"') {
+            return;
+        }
+        if data.as_bytes().get(end) != Some(&b'"') {
+            return;
+        }
+        self.shape.clear();
+        self.shape.extend_from_slice(data.as_bytes());
+        self.text_at = (start, end);
+    }
+
     /// `text` begins with the lead (none begins with an empty one).
     fn begins(&self, text: &[u8]) -> bool {
         !self.bytes.is_empty() && text.starts_with(&self.bytes)
@@ -616,6 +680,7 @@ mod tests {
         assert_eq!(chat::quick_event_text(odd, &mut EventLead::default()), None);
         let mut lead = EventLead {
             bytes: br#"{"n":01,"#.to_vec(),
+            ..EventLead::default()
         };
         assert_eq!(
             chat::quick_event_text(odd, &mut lead),
@@ -660,6 +725,95 @@ mod tests {
         ]);
     }
 
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn an_event_the_same_but_for_its_text_is_not_read_again() {
+        let chat = |text: &str, rest: &str| {
+            format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":"{text}"}}{rest}}}]}}"#
+            )
+        };
+        let first = chat("w0 ", "");
+        let mut lead = EventLead::default();
+        assert_eq!(
+            chat::quick_event_text(&first, &mut lead),
+            Some(Some("w0 ".into()))
+        );
+        // The event is kept as the shape, with where its text's string is.
+        let at = first.find("w0 ").unwrap();
+        assert_eq!(lead.shape, first.as_bytes());
+        assert_eq!(lead.text_at, (at, at + 3));
+        // An event of that shape is not read: a shape holding bytes the reader refuses (a
+        // leading zero) gives its text all the same.
+        let odd =
+            |text: &str| format!(r#"{{"n":01,"choices":[{{"delta":{{"content":"{text}"}}}}]}}"#);
+        let x = odd("x");
+        let mut shaped = EventLead::default();
+        let x_at = x.find("x\"").unwrap();
+        shaped.keep_shape(&x, &x[x_at..x_at + 1]);
+        assert_eq!(shaped.text_at, (x_at, x_at + 1));
+        assert_eq!(
+            chat::quick_event_text(&odd("yz"), &mut EventLead::default()),
+            None
+        );
+        assert_eq!(
+            chat::quick_event_text(&odd("yz"), &mut shaped),
+            Some(Some("yz".into()))
+        );
+        // Every reading is the event's own, whatever the shape: texts with escapes (not kept
+        // as the shape), a `\u` escape and a raw tab (outside the subset), another tail, a
+        // tail the reader refuses (a repeated member), another key of the same length before
+        // the text, trailing text, events cut inside and before the text.
+        let other_key = first.replace("content", "contenu").replace("w0 ", "w4");
+        let trailing = format!("{} x", chat("w5", ""));
+        let readings = led(&[
+            &first,
+            &chat("w6", ""),
+            &chat(r"w1\n", ""),
+            &chat(r#"a\"b"#, ""),
+            &chat(r"\u00e9", ""),
+            &chat("w\t", ""),
+            &chat("", ""),
+            &chat("w2", r#","finish_reason":null"#),
+            &first,
+            &chat("w3", r#","delta":null"#),
+            &other_key,
+            &trailing,
+            &first[..at + 2],
+            &first[..at],
+            &chat("w7", ""),
+        ]);
+        let chats: Vec<_> = readings.iter().map(|reading| reading[0].clone()).collect();
+        let expected = [
+            text("w0 "),
+            text("w6"),
+            text("w1\n"),
+            text("a\"b"),
+            None,
+            None,
+            text(""),
+            text("w2"),
+            text("w0 "),
+            None,
+            NONE,
+            None,
+            None,
+            None,
+            text("w7"),
+        ];
+        assert_eq!(chats, expected);
+        // The escaped texts left the shape as it was.
+        assert_eq!(
+            chat::quick_event_text(&first, &mut lead),
+            Some(Some("w0 ".into()))
+        );
+        assert_eq!(
+            chat::quick_event_text(&chat(r"w1\n", ""), &mut lead),
+            Some(Some("w1\n".into()))
+        );
+        assert_eq!(lead.shape, first.as_bytes());
+    }
+
     // Native only: proptest forks and times out with processes.
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
@@ -673,6 +827,66 @@ mod tests {
         fn a_lead_changes_no_reading(events in proptest::collection::vec(stream_event(), 1..12)) {
             led(&events.iter().map(String::as_str).collect::<Vec<_>>());
         }
+
+        #[test]
+        fn a_shape_changes_no_reading(events in shaped_stream()) {
+            led(&events.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+
+    /// Events of one stream that differ mostly in one value: a frame, each protocol's member
+    /// that holds the text among others (or another member), filled with values of every kind
+    /// (strings plain, escaped or refused, other values, a cut string), some events cut short.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn shaped_stream() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        use proptest::prelude::*;
+        let frames = [
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":$}}]}"#,
+            r#"{"id":"c","created":1,"choices":[{"delta":{"content":$},"finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[{"delta":{"content":$}},{"delta":{"content":$}}]}"#,
+            r#"{"choices":[{"message":{"content":$},"delta":{"content":"m"}}]}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":$}}"#,
+            r#" {"delta":{"text":$},"delta":null} "#,
+            r#"{"type":"response.output_text.delta","item_id":"i","delta":$}"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"n":$}"#,
+        ];
+        let values = [
+            r#""w""#,
+            r#""""#,
+            r#""a b c d e f g h i""#,
+            r#""\n""#,
+            r#""q\"""#,
+            r#""\/\\""#,
+            r#""\u00e9""#,
+            "\"tab\there\"",
+            r#""\x""#,
+            "null",
+            "7",
+            r#"{"content":"x"}"#,
+            r#""cut"#,
+        ];
+        (
+            proptest::sample::select(frames.to_vec()),
+            proptest::collection::vec(
+                (
+                    proptest::sample::select(values.to_vec()),
+                    prop_oneof![6 => Just(None), 1 => (0usize..120).prop_map(Some)],
+                ),
+                1..12,
+            ),
+        )
+            .prop_map(|(frame, events)| {
+                events
+                    .into_iter()
+                    .map(|(value, cut)| {
+                        let mut event = frame.replacen('$', value, 1).replace('$', r#""b""#);
+                        if let Some(cut) = cut {
+                            event.truncate(cut.min(event.len()));
+                        }
+                        event
+                    })
+                    .collect()
+            })
     }
 
     /// Events of a stream, made of members that recur (so that events begin alike), some cut
