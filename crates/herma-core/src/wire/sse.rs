@@ -61,7 +61,8 @@ impl Reader {
     /// Feeds a chunk; calls `on_event` for every event it completes. Works a line at a time
     /// (a relayed stream passes through here chunk by chunk, so this is on every stream's path).
     pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {
-        loop {
+        // Nothing left (most chunks end with a line's end) adds nothing to the line.
+        while !chunk.is_empty() {
             let end = memchr::memchr(b'\n', chunk);
             if let Some(at) = end
                 && self.line.is_empty()
@@ -118,13 +119,15 @@ impl Reader {
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match memchr::memchr(b':', line) {
-            Some(i) => {
-                let value = &line[i + 1..];
-                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
+        // A `data` line (most of a stream's lines) is its field's name without a search.
+        let (field, value) = match line.strip_prefix(b"data:") {
+            Some(value) => (&line[..4], value),
+            None => match memchr::memchr(b':', line) {
+                Some(i) => (&line[..i], &line[i + 1..]),
+                None => (line, &b""[..]),
+            },
         };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
         // The common case, valid UTF-8, through the standard library's faster check.
         let value = match std::str::from_utf8(value) {
             Ok(text) => std::borrow::Cow::Borrowed(text),
@@ -226,6 +229,22 @@ mod tests {
             [Event {
                 event: Some("na\u{FFFD}ve".into()),
                 data: "caf\u{e9} \u{FFFD}\u{FFFD} end\n\u{FFFD}".into()
+            }]
+        );
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(read_all(&bytes), events);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_lines_field_is_up_to_its_first_colon_and_one_space_is_dropped() {
+        let stream = b"data:x\ndata:  y\ndatax: z\ndata\ndata: a:b\nevent:e\n: data: c\nid: 1\n\n";
+        let events = read_all(&[stream]);
+        assert_eq!(
+            events,
+            [Event {
+                event: Some("e".into()),
+                data: "x\n y\n\na:b".into()
             }]
         );
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();

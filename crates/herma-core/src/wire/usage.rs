@@ -94,7 +94,8 @@ pub struct UsageObserver {
 pub fn ends_stream(protocol: Protocol, event: &super::sse::Event) -> bool {
     let name = event.event.as_deref();
     match protocol {
-        Protocol::ChatCompletions => event.data.trim() == "[DONE]",
+        // An object's closing brace, which trimming keeps, ends most events: no `[DONE]`.
+        Protocol::ChatCompletions => !event.data.ends_with('}') && event.data.trim() == "[DONE]",
         Protocol::Responses => matches!(
             name,
             Some("response.completed" | "response.incomplete" | "response.failed")
@@ -412,6 +413,27 @@ fn merge(into: &mut Option<Map<String, Value>>, mut from: Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn chat_ends_at_done_in_any_white_space_and_nowhere_else() {
+        let event = |data: &str| Event {
+            event: None,
+            data: data.into(),
+        };
+        for data in ["[DONE]", " [DONE]", "[DONE]\u{a0}", "\t[DONE] "] {
+            assert!(
+                ends_stream(Protocol::ChatCompletions, &event(data)),
+                "{data:?}"
+            );
+        }
+        for data in ["{\"x\":\"[DONE]\"}", "[DONE]}", "[DONE", "", "{}"] {
+            assert!(
+                !ends_stream(Protocol::ChatCompletions, &event(data)),
+                "{data:?}"
+            );
+        }
+    }
 
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
