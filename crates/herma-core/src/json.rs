@@ -666,6 +666,24 @@ mod tests {
                 assert_eq!(plain(&text, 0), expected, "byte {byte:#x} at {at}");
                 // From a later start, too (at or before the byte).
                 assert_eq!(plain(&text, at.min(3)), expected);
+                // Whatever byte follows it (a borrow may flag a later byte, never an earlier).
+                for next in [0u8, b'"', b'\\', 0x1f, 0x20, 0x7f, 0x80, 0xff] {
+                    let Some(after) = text.get_mut(at + 1) else {
+                        break;
+                    };
+                    *after = next;
+                    let next_stops = next < 0x20 || next == b'"' || next == b'\\';
+                    let expected = match (stops, next_stops) {
+                        (true, _) => at,
+                        (false, true) => at + 1,
+                        (false, false) => text.len(),
+                    };
+                    assert_eq!(
+                        plain(&text, 0),
+                        expected,
+                        "{byte:#x} at {at}, then {next:#x}"
+                    );
+                }
             }
         }
     }

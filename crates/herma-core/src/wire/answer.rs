@@ -86,12 +86,27 @@ pub(super) fn body_text<'a, T: BodyTexts<'a>>(body: &'a [u8], push: &mut dyn FnM
     }
 }
 
+/// The texts and usage of a body read by the quick reader (`wire::quick`), `None` where it is
+/// not sure.
+pub(super) type QuickBody = for<'a> fn(&'a str) -> Option<(Vec<Cow<'a, str>>, Option<&'a str>)>;
+
 /// [`WireProtocol::body_usage_and_text`](super::WireProtocol::body_usage_and_text) of a body
-/// read as `T`: nothing is pushed unless the whole body read.
+/// read as `T`, by `quick` where it is sure (it reads a body as serde_json reads it into `T`),
+/// else by serde_json: nothing is pushed unless the whole body read.
 pub(super) fn body_usage_and_text<'a, T: BodyTextsAndUsage<'a>>(
     body: &'a [u8],
     push: &mut dyn FnMut(&str),
+    quick: Option<QuickBody>,
 ) -> Option<Option<&'a str>> {
+    if let Some(quick) = quick
+        && let Ok(text) = std::str::from_utf8(body)
+        && let Some((texts, usage)) = quick(text)
+    {
+        for text in &texts {
+            push(text);
+        }
+        return Some(usage);
+    }
     let read = read::<T>(body)?;
     let usage = read.usage().map(RawValue::get);
     read.push_texts(push);

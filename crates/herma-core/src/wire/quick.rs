@@ -16,20 +16,6 @@ use std::borrow::Cow;
 /// Deeper values are left to serde_json (which skips ignored values without a limit).
 const MAX_DEPTH: u32 = 64;
 
-/// The bytes that end a plain run of a string: the quote, the backslash and the control
-/// characters (which JSON does not allow in a string, and serde_json refuses).
-static STOPS: [bool; 256] = {
-    let mut stops = [false; 256];
-    let mut byte = 0;
-    while byte < 0x20 {
-        stops[byte] = true;
-        byte += 1;
-    }
-    stops[b'"' as usize] = true;
-    stops[b'\\' as usize] = true;
-    stops
-};
-
 /// A cursor over one JSON text. Every method returns `None` when it is not sure (see the
 /// module's documentation); a caller passes that on.
 pub(super) struct Scan<'a> {
@@ -101,6 +87,49 @@ impl<'a> Scan<'a> {
             lead.keep_shape(data, raw);
         }
         Some(text)
+    }
+
+    /// A whole answer body's texts and usage, as a derived struct of two defaulted members reads
+    /// them: `list`, a sequence whose elements `element` reads (adding their texts to the
+    /// list it is given), and `usage` (`Option<&RawValue>`: `null`, or any value's text), each
+    /// at most once; other members skipped.
+    pub(super) fn texts_and_usage(
+        body: &'a str,
+        list: &str,
+        mut element: impl FnMut(&mut Self, &mut Vec<Cow<'a, str>>) -> Option<()>,
+    ) -> Option<(Vec<Cow<'a, str>>, Option<&'a str>)> {
+        let (mut texts, mut usage) = (Vec::new(), None);
+        let (mut listed, mut used) = (false, false);
+        Self::whole(body, |scan| {
+            scan.members(|scan, key| {
+                if key == list {
+                    if std::mem::replace(&mut listed, true) {
+                        return None;
+                    }
+                    scan.elements(|scan| element(scan, &mut texts))
+                } else if key == "usage" {
+                    if std::mem::replace(&mut used, true) {
+                        return None;
+                    }
+                    usage = scan.raw_unless_null()?;
+                    Some(())
+                } else {
+                    scan.skip()
+                }
+            })
+        })?;
+        Some((texts, usage))
+    }
+
+    /// A value read as `Option<&RawValue>`: nothing for `null`, else the value's own text.
+    fn raw_unless_null(&mut self) -> Option<Option<&'a str>> {
+        if self.null()? {
+            return Some(None);
+        }
+        // `null` looked past the white space: the value starts here.
+        let start = self.at;
+        self.skip()?;
+        self.text.get(start..self.at).map(Some)
     }
 
     /// Reads an object, handing each member's key to `member`, which reads its value.
@@ -304,46 +333,32 @@ impl<'a> Scan<'a> {
     fn string(&mut self) -> Option<(&'a str, bool)> {
         let bytes = self.bytes();
         let start = self.at;
+        let mut at = start;
         let mut escaped = false;
         loop {
-            // The next stop, eight bytes at a time while eight are left.
-            let byte = loop {
-                if let Some(&word) = bytes.get(self.at..).and_then(|rest| rest.first_chunk()) {
-                    let stops = stops_in(u64::from_le_bytes(word));
-                    if stops == 0 {
-                        self.at += 8;
-                        continue;
-                    }
-                    self.at += (stops.trailing_zeros() / 8) as usize;
-                    break *bytes.get(self.at)?;
-                }
-                let byte = *bytes.get(self.at)?;
-                if !STOPS[usize::from(byte)] {
-                    self.at += 1;
-                    continue;
-                }
-                break byte;
-            };
-            match byte {
+            // The next stop, eight bytes at a time.
+            at = crate::json::plain(bytes, at);
+            match *bytes.get(at)? {
                 b'"' => {
-                    let raw = self.text.get(start..self.at)?;
-                    self.at += 1;
+                    let raw = self.text.get(start..at)?;
+                    self.at = at + 1;
                     return Some((raw, escaped));
                 }
                 b'\\' => {
                     escaped = true;
-                    match *bytes.get(self.at + 1)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+                    match *bytes.get(at + 1)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
                         b'u' => {
-                            let hex = bytes.get(self.at + 2..self.at + 6)?;
+                            let hex = bytes.get(at + 2..at + 6)?;
                             if !hex.iter().all(u8::is_ascii_hexdigit) {
                                 return None;
                             }
-                            self.at += 6;
+                            at += 6;
                         }
                         _ => return None,
                     }
                 }
+                // A raw control character.
                 _ => return None,
             }
         }
@@ -429,17 +444,6 @@ impl EventLead {
         self.bytes.truncate(same);
         self.bytes.extend_from_slice(&text[same..end]);
     }
-}
-
-/// The high bit of each byte of `word` (read little-endian) that is one of [`STOPS`], exact
-/// for the first such byte (a borrow can flag a later byte too, never an earlier one).
-fn stops_in(word: u64) -> u64 {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
-    let quote = zero(word ^ (ONES * u64::from(b'"')));
-    let backslash = zero(word ^ (ONES * u64::from(b'\\')));
-    let control = word.wrapping_sub(ONES * 0x20) & !word;
-    (quote | backslash | control) & (ONES * 0x80)
 }
 
 /// A string's text with its short escapes decoded; a `\u` escape is left to serde_json (which
@@ -598,37 +602,6 @@ mod tests {
         assert_eq!(quick(&deep), [None, None, None]);
         let shallow = format!("{{\"a\":{}1{}}}", "[".repeat(60), "]".repeat(60));
         assert_eq!(quick(&shallow), [NONE, NONE, NONE]);
-    }
-
-    #[test]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn eight_bytes_at_a_time_find_the_first_stop() {
-        let first = |word: [u8; 8]| match stops_in(u64::from_le_bytes(word)) {
-            0 => None,
-            stops => Some(stops.trailing_zeros() / 8),
-        };
-        for byte in 0..=u8::MAX {
-            for at in 0..8 {
-                let mut word = *b"abcdefgh";
-                word[at] = byte;
-                let stop = STOPS[usize::from(byte)];
-                assert_eq!(first(word), stop.then_some(at as u32), "{byte:#x} at {at}");
-                // The byte after it, stop or not: the first stop is still the one found.
-                for next in [0u8, b'"', b'\\', 0x1f, 0x20, 0x7f, 0x80, 0xff] {
-                    if at == 7 {
-                        break;
-                    }
-                    let mut word = word;
-                    word[at + 1] = next;
-                    let expected = if stop {
-                        Some(at as u32)
-                    } else {
-                        STOPS[usize::from(next)].then_some(at as u32 + 1)
-                    };
-                    assert_eq!(first(word), expected, "{byte:#x} at {at}, then {next:#x}");
-                }
-            }
-        }
     }
 
     /// Each protocol's reading of `events` in order, with one lead, against each read alone.

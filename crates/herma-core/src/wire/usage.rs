@@ -666,6 +666,72 @@ mod tests {
         assert_eq!(observer.finish_with_text(100, 1 << 20), (None, None));
     }
 
+    /// Chat's and Messages' bodies are read by the quick reader where it is sure, as reading the
+    /// usage and the texts apart (serde_json) reads them; elsewhere it leaves them to serde_json.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn answer_bodies_are_read_quickly_where_the_reader_is_sure() {
+        use super::super::{chat, messages};
+        use std::borrow::Cow;
+        let usage = r#"{"prompt_tokens":3,"completion_tokens":2,"details":{"cached":0,"x":null}}"#;
+        let chat_body = format!(
+            r#" {{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hi \"there\"\n"}},"logprobs":null,"finish_reason":"stop"}},{{"index":1,"message":{{"content":null}},"delta":{{"content":"d"}}}},{{"message":null}},{{"message":{{"content":7}}}},{{"message":{{"content":"two"}}}}],"usage": {usage} }}"#
+        );
+        fn texts<'t>(texts: &[&'t str]) -> Vec<Cow<'t, str>> {
+            texts.iter().map(|t| Cow::Borrowed(*t)).collect()
+        }
+        assert_eq!(
+            chat::quick_body(&chat_body),
+            Some((texts(&["Hi \"there\"\n", "two"]), Some(usage)))
+        );
+        let messages_body = format!(
+            r#"{{"id":"msg_1","type":"message","role":"assistant","content":[{{"type":"text","text":"see src/lib.rs"}},{{"type":"tool_use","id":"t","name":"n","input":{{"a":[1,true]}}}},{{"type":"text","text":"b","text2":1}}],"stop_reason":"end_turn","usage":{usage}}}"#
+        );
+        assert_eq!(
+            messages::quick_body(&messages_body),
+            Some((texts(&["see src/lib.rs", "b"]), Some(usage)))
+        );
+        // A usage that is `null`, absent, or of another kind (its text, as serde_json's).
+        assert_eq!(chat::quick_body(r#"{"usage":null}"#), Some((vec![], None)));
+        assert_eq!(
+            messages::quick_body(r#"{"content":[]}"#),
+            Some((vec![], None))
+        );
+        assert_eq!(
+            chat::quick_body(r#"{"usage": 7 }"#),
+            Some((vec![], Some("7")))
+        );
+        assert_eq!(
+            messages::quick_body(r#"{"usage":"x"}"#),
+            Some((vec![], Some(r#""x""#)))
+        );
+        let mut bodies = vec![chat_body.clone(), messages_body.clone()];
+        // Each body names both protocols' lists, so that each reader meets what it reads.
+        for body in [
+            // Repeated members the struct reads.
+            r#"{"choices":[],"choices":[],"content":[],"content":[]}"#,
+            r#"{"usage":{"a":1},"usage":null}"#,
+            r#"{"choices":[{"message":null,"message":null}],"content":[{"text":"a","text":"b"}]}"#,
+            // A `\u` escape in a text; a number with a fraction in the usage.
+            r#"{"choices":[{"message":{"content":"\u00e9"}}],"content":[{"text":"\u00e9"}]}"#,
+            r#"{"usage":{"cost":0.5}}"#,
+            // Shapes serde_json reads otherwise or refuses: by position, `null` lists,
+            // a message or a block that is not an object, trailing text, a cut body.
+            r#"[[{"message":{"content":"p"}}],{"a":1}]"#,
+            r#"{"choices":null,"content":null}"#,
+            r#"{"choices":[{"message":"m"}],"content":[["t"]]}"#,
+            r#"{"choices":[],"content":[]} x"#,
+            r#"{"choices":[{"message":{"content":"cut"#,
+        ] {
+            assert_eq!(chat::quick_body(body), None, "{body}");
+            assert_eq!(messages::quick_body(body), None, "{body}");
+            bodies.push(body.to_owned());
+        }
+        for body in &bodies {
+            agrees(body.as_bytes());
+        }
+    }
+
     /// Where the one reading fails, each is read apart: a usage that does not read leaves the
     /// texts, texts that do not read leave the usage, and a body that is not an object is read
     /// as before.
@@ -896,7 +962,7 @@ mod tests {
             r#""lone \ud800""#,
         ];
         let keys = [
-            "choices", "message", "content", "text", "output", "usage", "other",
+            "choices", "message", "delta", "content", "text", "output", "usage", "other",
         ];
         super::super::tests::json_like(&scalars, &keys)
     }

@@ -69,8 +69,7 @@ pub(super) fn event_text(data: &str) -> Option<Cow<'_, str>> {
 }
 
 /// [`event_text`] read by the quick reader, `None` where it is not sure: `choices` once, each
-/// choice's `delta` and `message` once and either `null` or an object of a `content` text.
-/// From after `lead` where the event begins with it.
+/// choice read by [`quick_choice`]. From after `lead` where the event begins with it.
 pub(super) fn quick_event_text<'d>(
     data: &'d str,
     lead: &mut EventLead,
@@ -78,25 +77,46 @@ pub(super) fn quick_event_text<'d>(
     Scan::led_text(data, "choices", lead, |scan| {
         let (mut first, mut text) = (true, None);
         scan.elements(|scan| {
-            let (mut delta, mut message, mut content) = (false, false, None);
-            scan.members(|scan, key| match key {
-                "delta" if !std::mem::replace(&mut delta, true) => {
-                    content = scan.text_in("content")?;
-                    Some(())
-                }
-                "message" if !std::mem::replace(&mut message, true) => {
-                    scan.text_in("content").map(drop)
-                }
-                "delta" | "message" => None,
-                _ => scan.skip(),
-            })?;
+            let (delta, _) = quick_choice(scan)?;
             if std::mem::take(&mut first) {
-                text = content;
+                text = delta;
             }
             Some(())
         })?;
         Some(text)
     })
+}
+
+/// A whole body's texts (every choice's `message.content`) and usage read by the quick
+/// reader as serde_json reads [`AnswerAndUsage`], `None` where it is not sure.
+pub(super) fn quick_body(body: &str) -> Option<(Vec<Cow<'_, str>>, Option<&str>)> {
+    Scan::texts_and_usage(body, "choices", |scan, texts| {
+        let (_, message) = quick_choice(scan)?;
+        texts.extend(message);
+        Some(())
+    })
+}
+
+/// A choice's texts: its `delta.content` and its `message.content`.
+type ChoiceTexts<'d> = (Option<Cow<'d, str>>, Option<Cow<'d, str>>);
+
+/// An [`AnswerChoice`] read by the quick reader: `delta` and `message` each once, `null` or
+/// an object of a `content` text, other members skipped; the two texts.
+fn quick_choice<'d>(scan: &mut Scan<'d>) -> Option<ChoiceTexts<'d>> {
+    let (mut delta, mut message) = (None, None);
+    scan.members(|scan, key| {
+        let slot = match key {
+            "delta" => &mut delta,
+            "message" => &mut message,
+            _ => return scan.skip(),
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(scan.text_in("content")?);
+        Some(())
+    })?;
+    Some((delta.flatten(), message.flatten()))
 }
 
 /// Every choice's `message.content`, in order.
@@ -197,7 +217,7 @@ impl WireProtocol for ChatCompletions {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push, Some(quick_body))
     }
 
     fn provider_name(&self) -> &'static str {

@@ -68,6 +68,18 @@ pub(super) fn quick_event_text<'d>(
     Scan::led_text(data, "delta", lead, |scan| scan.text_in("text"))
 }
 
+/// A whole body's texts (every content block's `text`) and usage read by the quick reader as
+/// serde_json reads [`AnswerAndUsage`], `None` where it is not sure: each block an object
+/// whose `text` is read once.
+pub(super) fn quick_body(body: &str) -> Option<(Vec<Cow<'_, str>>, Option<&str>)> {
+    Scan::texts_and_usage(body, "content", |scan, texts| {
+        scan.only("text", |scan| {
+            texts.extend(scan.text()?);
+            Some(())
+        })
+    })
+}
+
 /// Every content block's `text`, in order.
 fn push_blocks(blocks: Vec<AnswerBlock<'_>>, push: &mut dyn FnMut(&str)) {
     for block in blocks {
@@ -164,7 +176,7 @@ impl WireProtocol for Messages {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push, Some(quick_body))
     }
 
     fn provider_name(&self) -> &'static str {

@@ -194,7 +194,7 @@ impl WireProtocol for Responses {
         body: &'b [u8],
         push: &mut dyn FnMut(&str),
     ) -> Option<Option<&'b str>> {
-        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push)
+        answer::body_usage_and_text::<AnswerAndUsage<'_>>(body, push, None)
     }
 
     fn provider_name(&self) -> &'static str {
