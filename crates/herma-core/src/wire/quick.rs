@@ -1,15 +1,17 @@
 //! A quick reader for the small JSON events of a relayed stream, for the member that holds the
 //! answer's text ([`WireProtocol::stream_text`](super::WireProtocol::stream_text)). serde_json
 //! spends about twenty instructions a byte on a 200-byte event (a key's string, a skipped
-//! member's frame, the `Vec` of choices), and a stream has one event a token.
+//! member's frame, the `Vec` of choices), and a stream has one event a token. Chat's and
+//! Messages' whole JSON answers are read by it too, for their texts and usage
+//! ([`Scan::texts_and_usage`]).
 //!
 //! It reads a common subset of JSON exactly as serde_json reads it into the protocols' derived
 //! structs, and answers "not sure" (`None`) at anything outside that subset: an escape in a key,
 //! a `\u` escape in a text it returns, a number with a fraction or an exponent or of more than
 //! 18 digits, nesting deeper than [`MAX_DEPTH`], a member a derived struct refuses (repeated,
 //! or of a type it does not take, such as a struct written as an array) and anything that is
-//! not JSON. The caller then reads the event with serde_json, as before: every text returned is
-//! the one serde_json would have read.
+//! not JSON. The caller then reads the event or body with serde_json, as before: every text
+//! returned is the one serde_json would have read.
 
 use std::borrow::Cow;
 
