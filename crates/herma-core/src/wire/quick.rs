@@ -101,26 +101,36 @@ impl<'a> Scan<'a> {
         mut element: impl FnMut(&mut Self, &mut Vec<Cow<'a, str>>) -> Option<()>,
     ) -> Option<(Vec<Cow<'a, str>>, Option<&'a str>)> {
         let (mut texts, mut usage) = (Vec::new(), None);
-        let (mut listed, mut used) = (false, false);
         Self::whole(body, |scan| {
-            scan.members(|scan, key| {
-                if key == list {
-                    if std::mem::replace(&mut listed, true) {
-                        return None;
-                    }
-                    scan.elements(|scan| element(scan, &mut texts))
-                } else if key == "usage" {
-                    if std::mem::replace(&mut used, true) {
-                        return None;
-                    }
+            scan.each_once([list, "usage"], |scan, named| match named {
+                0 => scan.elements(|scan| element(scan, &mut texts)),
+                _ => {
                     usage = scan.raw_unless_null()?;
                     Some(())
-                } else {
-                    scan.skip()
                 }
             })
         })?;
         Some((texts, usage))
+    }
+
+    /// Reads an object whose members named in `names` are each read by `read` (given the
+    /// name's index), at most once (a derived struct refuses a repeated member), and whose
+    /// other members are skipped.
+    pub(super) fn each_once<const N: usize>(
+        &mut self,
+        names: [&str; N],
+        mut read: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = [false; N];
+        self.members(|scan, key| {
+            let Some(named) = names.iter().position(|name| *name == key) else {
+                return scan.skip();
+            };
+            if std::mem::replace(&mut seen[named], true) {
+                return None;
+            }
+            read(scan, named)
+        })
     }
 
     /// A value read as `Option<&RawValue>`: nothing for `null`, else the value's own text.

@@ -175,6 +175,15 @@ mod tests {
         events
     }
 
+    /// `stream`'s events read whole, after checking that reading it a byte at a time finds
+    /// the same.
+    fn read_in_any_chunks(stream: &[u8]) -> Vec<Event> {
+        let whole = read_all(&[stream]);
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(read_all(&bytes), whole);
+        whole
+    }
+
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn events_survive_any_chunking() {
@@ -182,7 +191,7 @@ mod tests {
         write_event(&mut stream, Some("message_start"), "{\"a\":1}");
         write_event(&mut stream, None, "line one\nline two");
         stream.extend_from_slice(b": comment\r\ndata: [DONE]\r\n\r\n");
-        let whole = read_all(&[&stream]);
+        let whole = read_in_any_chunks(&stream);
         assert_eq!(whole.len(), 3);
         assert_eq!(
             whole[0],
@@ -193,8 +202,6 @@ mod tests {
         );
         assert_eq!(whole[1].data, "line one\nline two");
         assert_eq!(whole[2].data, "[DONE]");
-        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
-        assert_eq!(read_all(&bytes), whole);
     }
 
     #[test]
@@ -223,7 +230,7 @@ mod tests {
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn bytes_that_are_not_utf8_read_as_replacement_characters() {
         let stream = b"event: na\xefve\ndata: caf\xc3\xa9 \xff\xfe end\ndata: \xe2\x82\n\n";
-        let events = read_all(&[stream]);
+        let events = read_in_any_chunks(stream);
         assert_eq!(
             events,
             [Event {
@@ -231,15 +238,13 @@ mod tests {
                 data: "caf\u{e9} \u{FFFD}\u{FFFD} end\n\u{FFFD}".into()
             }]
         );
-        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
-        assert_eq!(read_all(&bytes), events);
     }
 
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn a_lines_field_is_up_to_its_first_colon_and_one_space_is_dropped() {
         let stream = b"data:x\ndata:  y\ndatax: z\ndata\ndata: a:b\nevent:e\n: data: c\nid: 1\n\n";
-        let events = read_all(&[stream]);
+        let events = read_in_any_chunks(stream);
         assert_eq!(
             events,
             [Event {
@@ -247,8 +252,6 @@ mod tests {
                 data: "x\n y\n\na:b".into()
             }]
         );
-        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
-        assert_eq!(read_all(&bytes), events);
     }
 
     #[test]

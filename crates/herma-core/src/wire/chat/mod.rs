@@ -103,20 +103,13 @@ type ChoiceTexts<'d> = (Option<Cow<'d, str>>, Option<Cow<'d, str>>);
 /// An [`AnswerChoice`] read by the quick reader: `delta` and `message` each once, `null` or
 /// an object of a `content` text, other members skipped; the two texts.
 fn quick_choice<'d>(scan: &mut Scan<'d>) -> Option<ChoiceTexts<'d>> {
-    let (mut delta, mut message) = (None, None);
-    scan.members(|scan, key| {
-        let slot = match key {
-            "delta" => &mut delta,
-            "message" => &mut message,
-            _ => return scan.skip(),
-        };
-        if slot.is_some() {
-            return None;
-        }
-        *slot = Some(scan.text_in("content")?);
+    let mut texts = [None, None];
+    scan.each_once(["delta", "message"], |scan, named| {
+        texts[named] = scan.text_in("content")?;
         Some(())
     })?;
-    Some((delta.flatten(), message.flatten()))
+    let [delta, message] = texts;
+    Some((delta, message))
 }
 
 /// Every choice's `message.content`, in order.

@@ -56,23 +56,16 @@ pub(super) fn quick_event_text<'d>(
     data: &'d str,
     _lead: &mut EventLead,
 ) -> Option<Option<Cow<'d, str>>> {
-    let (mut kind, mut delta) = (None, None);
+    let mut texts = [None, None];
     Scan::whole(data, |scan| {
-        scan.members(|scan, key| {
-            let slot = match key {
-                "type" => &mut kind,
-                "delta" => &mut delta,
-                _ => return scan.skip(),
-            };
-            if slot.is_some() {
-                return None;
-            }
-            *slot = Some(scan.text()?);
+        scan.each_once(["type", "delta"], |scan, named| {
+            texts[named] = scan.text()?;
             Some(())
         })
     })?;
-    if kind.flatten().as_deref() == Some(TEXT_DELTA) {
-        Some(delta.flatten())
+    let [kind, delta] = texts;
+    if kind.as_deref() == Some(TEXT_DELTA) {
+        Some(delta)
     } else {
         Some(None)
     }
