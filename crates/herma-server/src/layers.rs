@@ -81,14 +81,13 @@ async fn edge(State(edge): State<Edge>, mut request: Request, next: Next) -> Res
     let mut response = tracing::Instrument::instrument(inner, span.clone()).await;
     #[cfg(target_arch = "wasm32")]
     let mut response = inner.await;
+    // Each added unless the route set it: one lookup a header (the entry), not two.
     let headers = response.headers_mut();
-    if !headers.contains_key(&REQUEST_ID) {
-        headers.insert(REQUEST_ID, id);
-    }
+    headers.entry(REQUEST_ID).or_insert(id);
     for (name, value) in SECURITY_HEADERS {
-        if !headers.contains_key(&name) {
-            headers.insert(name, HeaderValue::from_static(value));
-        }
+        headers
+            .entry(name)
+            .or_insert_with(|| HeaderValue::from_static(value));
     }
     let elapsed = started.elapsed();
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
