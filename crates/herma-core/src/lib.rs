@@ -38,6 +38,7 @@ pub mod shim;
 pub mod tessera;
 pub mod time;
 pub mod upstream;
+pub mod utf8;
 pub mod wire;
 
 pub use caller::CallerScope;

@@ -321,7 +321,7 @@ impl ReceiptBody {
             [b'{', members @ ..] if !id_json.is_empty() && members.len() > 1 => {
                 json[digest_at..digest_at + 64].copy_from_slice(sha256.as_bytes());
                 json[body_at] = b',';
-                String::from_utf8(json).ok().map(Arc::from)
+                crate::utf8::str(&json).map(Arc::from)
             }
             _ => None,
         };

@@ -99,7 +99,7 @@ pub(super) fn body_usage_and_text<'a, T: BodyTextsAndUsage<'a>>(
     quick: Option<QuickBody>,
 ) -> Option<Option<&'a str>> {
     if let Some(quick) = quick
-        && let Ok(text) = std::str::from_utf8(body)
+        && let Some(text) = crate::utf8::str(body)
         && let Some((texts, usage)) = quick(text)
     {
         for text in &texts {
@@ -117,9 +117,9 @@ pub(super) fn body_usage_and_text<'a, T: BodyTextsAndUsage<'a>>(
 pub(super) fn read<'d, T: Deserialize<'d>>(data: &'d [u8]) -> Option<T> {
     // Read from bytes, serde_json checks every string it decodes (each key) as UTF-8; text
     // checked once as a whole it does not check again. Same reading, same result.
-    match std::str::from_utf8(data) {
-        Ok(text) => serde_json::from_str(text).ok(),
-        Err(_) => serde_json::from_slice(data).ok(),
+    match crate::utf8::str(data) {
+        Some(text) => serde_json::from_str(text).ok(),
+        None => serde_json::from_slice(data).ok(),
     }
 }
 

@@ -183,8 +183,8 @@ impl Envelope {
         body: &[u8],
         headers: &HeaderFacts,
     ) -> Result<Self, Problem> {
-        let text = std::str::from_utf8(body)
-            .map_err(|_| Problem::new(ProblemCode::InvalidJson, "the body is not UTF-8 JSON"))?;
+        let text = crate::utf8::str(body)
+            .ok_or_else(|| Problem::new(ProblemCode::InvalidJson, "the body is not UTF-8 JSON"))?;
         if !text.trim_start().starts_with('{') {
             return Err(Problem::new(
                 ProblemCode::InvalidJson,
@@ -224,7 +224,7 @@ impl Envelope {
     pub fn with_shim_json(&self, body: &[u8], shim_json: &str) -> Option<Vec<u8>> {
         let Insertion { start, end, splice } = self.insertion?;
         let replaced = body.get(start..end)?;
-        std::str::from_utf8(replaced).ok()?;
+        crate::utf8::str(replaced)?;
         let mut out = Vec::with_capacity(body.len() + shim_json.len() + 96);
         out.extend_from_slice(&body[..start]);
         for piece in splice.pieces {

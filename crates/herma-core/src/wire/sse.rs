@@ -128,10 +128,10 @@ impl Reader {
             },
         };
         let value = value.strip_prefix(b" ").unwrap_or(value);
-        // The common case, valid UTF-8, through the standard library's faster check.
-        let value = match std::str::from_utf8(value) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(value),
+        // The common case, valid UTF-8, through the SIMD check.
+        let value = match crate::utf8::str(value) {
+            Some(text) => std::borrow::Cow::Borrowed(text),
+            None => String::from_utf8_lossy(value),
         };
         match field {
             b"event" => {
