@@ -216,9 +216,17 @@ fn may_carry_usage(data: &str) -> bool {
     static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NAME));
     let bytes = data.as_bytes();
-    FINDER.find_iter(bytes).any(|at| {
-        !(bytes[..at].ends_with(b"\"") && bytes[at + NAME.len()..].starts_with(b"\":null"))
-    })
+    // Searched from each place on (`find_iter` copies the searcher into its iterator: a
+    // memcpy on every event of every stream).
+    let mut from = 0;
+    while let Some(found) = bytes.get(from..).and_then(|rest| FINDER.find(rest)) {
+        let at = from + found;
+        if !(bytes[..at].ends_with(b"\"") && bytes[at + NAME.len()..].starts_with(b"\":null")) {
+            return true;
+        }
+        from = at + NAME.len();
+    }
+    false
 }
 
 /// The usage the events reported (`found`) with the members of `raw`, a body's usage, added
@@ -941,6 +949,15 @@ mod tests {
                 keeps_what_reading_again_finds(body, &[1, 7, 60, 61, 300], max_bytes, max);
                 let bytes: Vec<usize> = (1..body.len()).collect();
                 keeps_what_reading_again_finds(body, &bytes, max_bytes, max);
+            }
+        }
+        // A stream whose kept events fill several blocks.
+        let body: String = EVENTS.concat().repeat(60);
+        let body = body.as_bytes();
+        for max_bytes in [9000, body.len() / 2, usize::MAX] {
+            for max in [5, usize::MAX] {
+                keeps_what_reading_again_finds(body, &[], max_bytes, max);
+                keeps_what_reading_again_finds(body, &[1, 700, 8193, 20000], max_bytes, max);
             }
         }
     }
