@@ -131,19 +131,49 @@ fn is_path_char(c: char) -> bool {
     c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '~' | '@' | '+')
 }
 
-/// Path-like tokens in prose: `src/lib.rs`, `./Cargo.toml`, `/etc/hosts`, `main.tf`.
+/// Path-like tokens in prose: `src/lib.rs`, `./Cargo.toml`, `/etc/hosts`, `main.tf`. A token is
+/// a run of path characters ([`is_path_char`]); only one holding a `/` or a `.` can look like a
+/// path, so the text is searched for those two bytes and only the tokens around them are read
+/// (the rest of the text is not decoded character by character). The tokens read are the ones
+/// splitting the whole text would find with a `/` or a `.` in them, in the same order.
 pub fn add_text_paths(paths: &mut Vec<String>, text: &str) {
-    for token in text.split(|c: char| !is_path_char(c)) {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(found) = bytes
+        .get(from..)
+        .and_then(|rest| memchr::memchr2(b'/', b'.', rest))
+    {
         if paths.len() >= MAX_PATHS {
             return;
         }
-        let token = token.trim_end_matches(['.', '-']).trim_start_matches(['-']);
-        if token.len() < 3 || is_slash_command(token) {
-            continue;
-        }
-        if looks_like_path(token) {
-            push(paths, token);
-        }
+        // An ASCII byte: a character boundary, and a path character.
+        let at = from + found;
+        let (before, after) = text.split_at(at);
+        // The run of path characters holding it. The last token ended at a character that is
+        // not one (or this is the first), so the run does not reach back into it.
+        let start = before
+            .char_indices()
+            .rev()
+            .take_while(|&(_, c)| is_path_char(c))
+            .last()
+            .map_or(at, |(i, _)| i);
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| !is_path_char(c))
+            .map_or(text.len(), |(i, _)| at + i);
+        add_token_path(paths, text.get(start..end).unwrap_or_default());
+        from = end;
+    }
+}
+
+/// Adds `token`, a run of path characters, when it looks like a path.
+fn add_token_path(paths: &mut Vec<String>, token: &str) {
+    let token = token.trim_end_matches(['.', '-']).trim_start_matches(['-']);
+    if token.len() < 3 || is_slash_command(token) {
+        return;
+    }
+    if looks_like_path(token) {
+        push(paths, token);
     }
 }
 
@@ -194,6 +224,15 @@ mod tests {
     fn text_paths(text: &str) -> Vec<String> {
         let mut out = Vec::new();
         add_text_paths(&mut out, text);
+        // Every token read, as splitting the whole text reads them, finds the same.
+        let mut split = Vec::new();
+        for token in text.split(|c: char| !is_path_char(c)) {
+            if split.len() >= MAX_PATHS {
+                break;
+            }
+            add_token_path(&mut split, token);
+        }
+        assert_eq!(out, split, "{text:?}");
         out
     }
 
@@ -267,5 +306,42 @@ mod tests {
     fn bounded() {
         let many: String = (0..500).map(|i| format!("f{i}.rs ")).collect();
         assert_eq!(text_paths(&many).len(), MAX_PATHS);
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn tokens_around_slashes_and_dots_are_the_ones_splitting_finds() {
+        for text in [
+            "",
+            ".",
+            "/",
+            "a.b",
+            "..//..",
+            "-./x.rs-",
+            "see é/日本.md, ./a/b.c; ~/x@y+z.tar.gz and --v1.2.3",
+            "trailing dot. then x.y.",
+            "/etc/hosts/",
+            "naïve café/crème.txt",
+            "no candidates here at all",
+        ] {
+            text_paths(text);
+        }
+    }
+
+    // Native only: proptest forks and times out with processes.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #[test]
+        fn any_text_gives_what_splitting_it_gives(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "src", "lib", "rs", "é", "日本", "1", "v2", "/", ".", "..", "./",
+                    "-", "_", "~", "@", "+", " ", ",", ":", "\n", "//", "://", "\t",
+                ]),
+                0..40,
+            ),
+        ) {
+            text_paths(&parts.concat());
+        }
     }
 }
