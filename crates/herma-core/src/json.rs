@@ -387,13 +387,28 @@ impl<'de> Visitor<'de> for Strict<'_> {
 /// quick scan and the usage reader find their ends, the receipt's writer copies them.
 ///
 /// Most strings (keys, roles, names) end within their first sixteen bytes, which are read a
-/// word at a time ([`plain_words`]). Where vector registers are sure to be there (x86-64's
-/// SSE2, AArch64's NEON), a longer string is then skipped 64 bytes at a time by a loop the
-/// compiler vectorises (on the harness's 1.4 KB system prompt, a third of the word loop's
-/// instructions); the block that holds the stop is read by words again.
+/// word at a time, the first inline in the caller ([`stops`]). Where vector registers are sure
+/// to be there (x86-64's SSE2, AArch64's NEON), a longer string is then skipped 64 bytes at a
+/// time by a loop the compiler vectorises (on the harness's 1.4 KB system prompt, a third of
+/// the word loop's instructions); the block that holds the stop is read by words again.
+#[inline]
 pub(crate) fn plain(bytes: &[u8], at: usize) -> usize {
-    // Two words, or up to the first stop in them.
-    let (at, found) = plain_words(bytes, at, 2);
+    // The first word here, where callers inline it: most strings (keys, names, a stream's
+    // text deltas) end in it.
+    let Some(Ok(first)) = bytes.get(at..at + 8).map(<[u8; 8]>::try_from) else {
+        return plain_words(bytes, at, usize::MAX).0;
+    };
+    let found = stops(u64::from_le_bytes(first));
+    if found != 0 {
+        return at + (found.trailing_zeros() / 8) as usize;
+    }
+    plain_after(bytes, at + 8)
+}
+
+/// [`plain`] past its first word: one more word, then blocks where there are vector
+/// registers, then words again.
+fn plain_after(bytes: &[u8], at: usize) -> usize {
+    let (at, found) = plain_words(bytes, at, 1);
     if found {
         return at;
     }
@@ -424,12 +439,10 @@ fn stops_plain(byte: u8) -> bool {
     (byte == b'"') | (byte == b'\\') | (byte < 0x20)
 }
 
-/// [`plain`]'s scan eight bytes at a time, each word tested for all three at once, for at most
-/// `words` words and then (if it got that far) byte by byte to the end: where it stopped, and
-/// whether a stop is there (else the scan ran out of words, or reached the end).
+/// [`plain`]'s scan eight bytes at a time ([`stops`]), for at most `words` words and then (if
+/// it got that far) byte by byte to the end: where it stopped, and whether a stop is there
+/// (else the scan ran out of words, or reached the end).
 fn plain_words(bytes: &[u8], mut at: usize, mut words: usize) -> (usize, bool) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     while let Some(chunk) = bytes.get(at..at + 8) {
         let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
             break;
@@ -438,15 +451,7 @@ fn plain_words(bytes: &[u8], mut at: usize, mut words: usize) -> (usize, bool) {
             return (at, false);
         }
         words -= 1;
-        let word = u64::from_le_bytes(chunk);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let backslash = word ^ (ONES * u64::from(b'\\'));
-        // A byte's high bit is set where it is zero (after the XORs) or below 0x20. Bytes after
-        // the first such one may be flagged falsely (a borrow), never bytes before it.
-        let found = (quote.wrapping_sub(ONES) & !quote
-            | backslash.wrapping_sub(ONES) & !backslash
-            | word.wrapping_sub(ONES * 0x20) & !word)
-            & HIGHS;
+        let found = stops(u64::from_le_bytes(chunk));
         if found != 0 {
             return (at + (found.trailing_zeros() / 8) as usize, true);
         }
@@ -459,6 +464,22 @@ fn plain_words(bytes: &[u8], mut at: usize, mut words: usize) -> (usize, bool) {
         at += 1;
     }
     (at, false)
+}
+
+/// The bytes of `word` that are `"`, `\` or below 0x20, as their high bits, all three tested
+/// at once: the first such byte's bit is set, the bits of bytes before it are clear, and bytes
+/// after it may be flagged falsely (a borrow).
+#[inline]
+fn stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    // A byte's high bit is set where it is zero (after the XORs) or below 0x20.
+    (quote.wrapping_sub(ONES) & !quote
+        | backslash.wrapping_sub(ONES) & !backslash
+        | word.wrapping_sub(ONES * 0x20) & !word)
+        & HIGHS
 }
 
 /// Appends `text` as a JSON string, exactly as serde_json writes it: copied whole between
@@ -724,6 +745,10 @@ mod tests {
                 assert_eq!(plain(&text, 0), expected, "byte {byte:#x} at {at}");
                 // From a later start, too (at or before the byte).
                 assert_eq!(plain(&text, at.min(3)), expected);
+                // From just after it: a byte before the start stops nothing.
+                for start in at + 1..(at + 9).min(len) {
+                    assert_eq!(plain(&text, start), len, "{byte:#x} at {at}, from {start}");
+                }
                 // Whatever byte follows it (a borrow may flag a later byte, never an earlier).
                 for next in [0u8, b'"', b'\\', 0x1f, 0x20, 0x7f, 0x80, 0xff] {
                     let Some(after) = text.get_mut(at + 1) else {

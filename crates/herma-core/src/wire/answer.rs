@@ -226,12 +226,10 @@ fn push_event_text(
 /// a 36 KB stream's events about once more, in nine reallocations).
 #[derive(Clone, Debug)]
 pub struct StreamEvents {
-    /// The events' data, one after another, in blocks.
-    blocks: Vec<String>,
-    /// Where each event's data ends, counted over the blocks one after another.
+    /// The events' data, one after another, in blocks, each with how many events it holds.
+    blocks: Vec<(String, usize)>,
+    /// Where each event's data ends in its block.
     ends: Vec<usize>,
-    /// The bytes in the blocks before the last.
-    before_last: usize,
     /// The stream's bytes still to be read for events.
     room: usize,
 }
@@ -244,7 +242,6 @@ impl StreamEvents {
         Self {
             blocks: Vec::new(),
             ends: Vec::new(),
-            before_last: 0,
             room: max_bytes,
         }
     }
@@ -261,39 +258,30 @@ impl StreamEvents {
         let fits = self
             .blocks
             .last()
-            .is_some_and(|last| last.capacity() - last.len() >= data.len());
+            .is_some_and(|(last, _)| last.capacity() - last.len() >= data.len());
         if !fits {
-            self.before_last += self.blocks.last().map_or(0, String::len);
-            self.blocks
-                .push(String::with_capacity(data.len().max(EVENT_BLOCK)));
+            let block = String::with_capacity(data.len().max(EVENT_BLOCK));
+            self.blocks.push((block, 0));
         }
-        if let Some(block) = self.blocks.last_mut() {
+        if let Some((block, events)) = self.blocks.last_mut() {
             block.push_str(data);
-            self.ends.push(self.before_last + block.len());
+            *events += 1;
+            self.ends.push(block.len());
         }
     }
 
-    /// Each event's data, in the stream's order.
-    fn each(&self) -> impl Iterator<Item = &str> {
-        let mut blocks = self.blocks.iter();
-        let mut block = blocks.next().map_or("", String::as_str);
-        // Where the current block starts, and the current event.
-        let (mut offset, mut start) = (0usize, 0usize);
-        self.ends.iter().map(move |&end| {
-            // An event is whole in one block: one that ends past this block is in a later one.
-            // (A block ends where its last event does, so the event starts where the next
-            // block does.)
-            while end > offset + block.len() {
-                let Some(next) = blocks.next() else { break };
-                offset += block.len();
-                block = next;
+    /// Hands each event's data to `each`, in the stream's order.
+    fn for_each(&self, mut each: impl FnMut(&str)) {
+        let mut ends = self.ends.as_slice();
+        for (block, events) in &self.blocks {
+            let (here, later) = ends.split_at((*events).min(ends.len()));
+            ends = later;
+            let mut start = 0;
+            for &end in here {
+                each(block.get(start..end).unwrap_or_default());
+                start = end;
             }
-            let data = block
-                .get(start.saturating_sub(offset)..end.saturating_sub(offset))
-                .unwrap_or_default();
-            start = end;
-            data
-        })
+        }
     }
 
     /// The answer's text in the events kept, up to `max` characters: what [`response_text`]
@@ -302,9 +290,7 @@ impl StreamEvents {
         let mut out = AnswerText::new(max);
         let wire = protocol.wire();
         let mut lead = EventLead::default();
-        for data in self.each() {
-            push_event_text(wire, data, &mut lead, &mut out);
-        }
+        self.for_each(|data| push_event_text(wire, data, &mut lead, &mut out));
         out.into_string()
     }
 }
@@ -432,17 +418,17 @@ mod tests {
         for data in datas {
             let before = (
                 events.blocks.len(),
-                events.blocks.last().map(|b| b.as_ptr()),
+                events.blocks.last().map(|b| b.0.as_ptr()),
             );
             events.push(data);
             // A block once begun is not moved: what it holds is not copied again.
             if events.blocks.len() == before.0 {
-                assert_eq!(events.blocks.last().map(|b| b.as_ptr()), before.1);
+                assert_eq!(events.blocks.last().map(|b| b.0.as_ptr()), before.1);
             }
         }
-        let kept: Vec<&str> = events.each().collect();
-        let given: Vec<&str> = datas.iter().map(String::as_str).collect();
-        assert_eq!(kept, given);
+        let mut kept = Vec::new();
+        events.for_each(|data| kept.push(data.to_owned()));
+        assert_eq!(kept, datas);
     }
 
     #[test]
