@@ -4,8 +4,8 @@
 //! UTF-8 once. The standard library's check costs about 1.3 instructions a byte on ASCII text
 //! (two words at a time); `simdutf8` checks 32 or 64 bytes at a time where the CPU has the
 //! instructions (AVX2 or SSE 4.2, found at run time; NEON; wasm's simd128 when built with it)
-//! and leaves inputs under 64 bytes, and other targets, to the standard library's check. Only whether the bytes are UTF-8
-//! is taken from it (no caller here says where they are not).
+//! and leaves inputs under 64 bytes, and other targets, to the standard library's check. Only
+//! whether the bytes are UTF-8 is taken from it (no caller here says where they are not).
 
 /// `bytes` as text, when they are UTF-8: what `std::str::from_utf8(bytes).ok()` returns.
 #[inline]
