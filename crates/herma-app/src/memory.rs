@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use herma_core::memory::{error_signatures, observations};
 use herma_core::model::{OutcomeKind, RuleOutcomeRecord};
 use herma_core::wire::Protocol;
-use herma_core::wire::answer::{StreamEvents, first_chars, response_text};
+use herma_core::wire::answer::{StreamText, first_chars, response_text};
 use herma_core::{CallerScope, Timestamp};
 use herma_store::runtime::InFlight;
 use herma_store::{EntityTurn, Runtime, Store};
@@ -52,9 +52,10 @@ pub struct TurnRecord {
 pub enum TurnAnswer {
     /// A relayed JSON answer: the bytes the client received (bounded).
     Relayed { body: Vec<u8> },
-    /// A relayed stream's events, kept as they passed: those that ended within its first
-    /// [`MAX_CAPTURED_RESPONSE`] bytes, what reading those bytes would find.
-    Streamed(StreamEvents),
+    /// A relayed stream's text, read as its events passed: that of the events that ended
+    /// within its first [`MAX_CAPTURED_RESPONSE`] bytes, up to [`MAX_RESPONSE_TEXT`]
+    /// characters, what reading those bytes would find.
+    Streamed(StreamText),
     /// Herma's own direct answer: its text (what reading the rendered answer back would give).
     Direct(String),
     /// A relayed JSON answer's text, read (up to [`MAX_RESPONSE_TEXT`] characters) where the
@@ -292,7 +293,7 @@ async fn process(
         TurnAnswer::Relayed { body } => {
             Cow::Owned(response_text(turn.protocol, false, body, MAX_RESPONSE_TEXT))
         }
-        TurnAnswer::Streamed(events) => Cow::Owned(events.text(turn.protocol, MAX_RESPONSE_TEXT)),
+        TurnAnswer::Streamed(text) => Cow::Borrowed(text.text()),
         TurnAnswer::Direct(text) | TurnAnswer::Read(text) => {
             Cow::Borrowed(first_chars(text, MAX_RESPONSE_TEXT))
         }

@@ -26,7 +26,7 @@ use herma_core::upstream::{
     self, UpstreamAsk, UpstreamTarget, connection_tokens, forward_request_header,
     relay_response_header,
 };
-use herma_core::wire::answer::StreamEvents;
+use herma_core::wire::answer::StreamText;
 use herma_core::wire::direct::DirectAnswer;
 use herma_core::wire::usage::UsageObserver;
 use herma_core::wire::{ConversationSource, Envelope, HeaderFacts, Protocol, SESSION_HEADERS};
@@ -36,7 +36,7 @@ use herma_providers::{
 };
 
 use crate::App;
-use crate::memory::{MAX_CAPTURED_RESPONSE, TurnAnswer, TurnRecord};
+use crate::memory::{MAX_CAPTURED_RESPONSE, MAX_RESPONSE_TEXT, TurnAnswer, TurnRecord};
 use observed::{ObservedBody, elapsed_micros};
 
 /// Room in a forwarded request's and a relayed response's header maps for the headers added
@@ -293,9 +293,13 @@ impl App {
             .iter()
             .any(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let memory = self.memory.clone().map(|m| {
-            // The relayed body or its events are added as they pass ([`ObservedBody`]).
+            // The relayed body or its stream's text is added as it passes ([`ObservedBody`]).
             let answer = if streaming {
-                TurnAnswer::Streamed(StreamEvents::new(MAX_CAPTURED_RESPONSE))
+                TurnAnswer::Streamed(StreamText::new(
+                    protocol,
+                    MAX_CAPTURED_RESPONSE,
+                    MAX_RESPONSE_TEXT,
+                ))
             } else {
                 TurnAnswer::Relayed { body: Vec::new() }
             };

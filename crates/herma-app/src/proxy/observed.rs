@@ -35,7 +35,7 @@ pub(super) struct ObservedBody {
     pub(super) pending: Option<(ReceiptBody, String, Instant)>,
     pub(super) writer: Arc<ReceiptWriter>,
     /// The turn memory will read once the answer has been relayed, and the answer so far: a
-    /// JSON body's bytes ([`TurnAnswer::Relayed`]) or a stream's events
+    /// JSON body's bytes ([`TurnAnswer::Relayed`]) or a stream's text
     /// ([`TurnAnswer::Streamed`]).
     pub(super) memory: Option<(Arc<MemoryWorker>, TurnRecord)>,
     pub(super) streaming: bool,
@@ -91,10 +91,10 @@ impl Stream for ObservedBody {
             Poll::Ready(Some(Ok(chunk))) => {
                 let answer = this.memory.as_mut().map(|(_, turn)| &mut turn.answer);
                 match (answer, this.observer.as_mut()) {
-                    // A stream's events are kept as the observer reads them (the observer and
-                    // the turn are both taken in `finish`: one is there while the other is).
-                    (Some(TurnAnswer::Streamed(events)), Some(observer)) => {
-                        observer.feed_keeping(&chunk, events);
+                    // A stream's text is read from the events the observer reads (the observer
+                    // and the turn are both taken in `finish`: one is there while the other is).
+                    (Some(TurnAnswer::Streamed(text)), Some(observer)) => {
+                        observer.feed_reading(&chunk, text);
                     }
                     (answer, observer) => {
                         if let Some(TurnAnswer::Relayed { body }) = answer {

@@ -1,10 +1,10 @@
-//! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. Runs
-//! once the response has been relayed, never before a byte of it leaves: by the memory worker,
-//! or for a JSON answer where it ends, in the same reading as its usage
-//! ([`UsageObserver::finish_with_text`](super::usage::UsageObserver::finish_with_text)). A
-//! relayed stream's events are kept as the usage observer reads them ([`StreamEvents`]), so the
-//! memory worker does not split the stream again. Where the text is in an event or a body is
-//! the protocol's knowledge ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
+//! The answer's text, read back from a relayed response (JSON or SSE) for entity memory. A
+//! JSON answer's is read by the memory worker, or where the answer ends, in the same reading
+//! as its usage ([`UsageObserver::finish_with_text`](super::usage::UsageObserver::finish_with_text));
+//! a relayed stream's as its events pass, from each event the usage observer reads
+//! ([`StreamText`]), so the stream is not split into events again nor its events kept. Where
+//! the text is in an event or a body is the protocol's knowledge
+//! ([`WireProtocol::stream_text`](super::WireProtocol::stream_text),
 //! [`WireProtocol::body_text`](super::WireProtocol::body_text)): each reads only the members
 //! that hold text, borrowing them, and skips the rest of the JSON unparsed (an event through
 //! the quick reader of `wire::quick` where it is sure, else serde_json).
@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 use serde_json::value::RawValue;
 
+use super::quick::Reading;
 use super::sse::Reader;
 use super::{EventLead, Protocol, WireProtocol};
 
@@ -142,7 +143,7 @@ pub fn first_chars(text: &str, max: usize) -> &str {
 }
 
 /// An answer's texts joined, up to a number of characters.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct AnswerText {
     out: String,
     /// Counted as it grows: recounting per delta would be quadratic in a long stream.
@@ -216,33 +217,37 @@ fn push_event_text(
     }
 }
 
-/// A relayed stream's events, kept for their text as they pass: the data of each event that
-/// ends within the stream's first `max_bytes` bytes, which are the events [`response_text`]
-/// finds in those bytes. Kept this way, the stream is not split into events a second time.
-///
-/// The data is kept in blocks of [`EVENT_BLOCK`] bytes or more, each event whole in one: a
-/// block that has no room for the next event is left as it is and a new one begun, so no
-/// event's bytes are copied again as the stream grows (one string doubling as it filled copied
-/// a 36 KB stream's events about once more, in nine reallocations).
+/// A relayed stream's answer text, read as its events pass: the text of the events that end
+/// within the stream's first `max_bytes` bytes, up to `max_chars` characters, which is what
+/// [`response_text`] finds in those bytes. Read this way, the stream is neither kept nor split
+/// into events a second time; the usage observer hands it each event it reads
+/// ([`UsageObserver::feed_reading`](super::usage::UsageObserver::feed_reading)).
 #[derive(Clone, Debug)]
-pub struct StreamEvents {
-    /// The events' data, one after another, in blocks, each with how many events it holds.
-    blocks: Vec<(String, usize)>,
-    /// Where each event's data ends in its block.
-    ends: Vec<usize>,
+pub struct StreamText {
+    protocol: Protocol,
+    lead: EventLead,
+    text: AnswerText,
     /// The stream's bytes still to be read for events.
     room: usize,
+    /// The shape the lead keeps ([`Reading::NewShape`]) is known to carry no usage: the usage
+    /// observer's, kept here beside the shape it is about.
+    pub(super) plain_shape: bool,
+    /// Where the kept shape is plain, was its event's only data line and did not end the
+    /// stream: the bytes that framed it before its data (its `event:` line, `data: `). An
+    /// event framed so, of that shape but for its text, is read without the SSE reader
+    /// ([`UsageObserver::feed_reading`](super::usage::UsageObserver::feed_reading)).
+    pub(super) frame: Option<Vec<u8>>,
 }
 
-/// The least room a new block of [`StreamEvents`] is made with.
-const EVENT_BLOCK: usize = 8 * 1024;
-
-impl StreamEvents {
-    pub fn new(max_bytes: usize) -> Self {
+impl StreamText {
+    pub fn new(protocol: Protocol, max_bytes: usize, max_chars: usize) -> Self {
         Self {
-            blocks: Vec::new(),
-            ends: Vec::new(),
+            protocol,
+            lead: EventLead::default(),
+            text: AnswerText::new(max_chars),
             room: max_bytes,
+            plain_shape: false,
+            frame: None,
         }
     }
 
@@ -254,44 +259,25 @@ impl StreamEvents {
         (within, beyond)
     }
 
-    pub(super) fn push(&mut self, data: &str) {
-        let fits = self
-            .blocks
-            .last()
-            .is_some_and(|(last, _)| last.capacity() - last.len() >= data.len());
-        if !fits {
-            let block = String::with_capacity(data.len().max(EVENT_BLOCK));
-            self.blocks.push((block, 0));
-        }
-        if let Some((block, events)) = self.blocks.last_mut() {
-            block.push_str(data);
-            *events += 1;
-            self.ends.push(block.len());
-        }
+    /// Adds the text of an event (its `data`); what the reading found of the event's shape.
+    pub(super) fn read(&mut self, data: &str) -> Reading {
+        push_event_text(self.protocol.wire(), data, &mut self.lead, &mut self.text);
+        self.lead.take_reading()
     }
 
-    /// Hands each event's data to `each`, in the stream's order.
-    fn for_each(&self, mut each: impl FnMut(&str)) {
-        let mut ends = self.ends.as_slice();
-        for (block, events) in &self.blocks {
-            let (here, later) = ends.split_at((*events).min(ends.len()));
-            ends = later;
-            let mut start = 0;
-            for &end in here {
-                each(block.get(start..end).unwrap_or_default());
-                start = end;
-            }
-        }
+    /// The kept shape's bytes around its text ([`EventLead::around_text`]).
+    pub(super) fn around_text(&self) -> Option<(&[u8], &[u8])> {
+        self.lead.around_text()
     }
 
-    /// The answer's text in the events kept, up to `max` characters: what [`response_text`]
-    /// reads in the stream's first `max_bytes` bytes.
-    pub fn text(&self, protocol: Protocol, max: usize) -> String {
-        let mut out = AnswerText::new(max);
-        let wire = protocol.wire();
-        let mut lead = EventLead::default();
-        self.for_each(|data| push_event_text(wire, data, &mut lead, &mut out));
-        out.into_string()
+    /// Adds the text of an event of the kept shape, read without the reader.
+    pub(super) fn push(&mut self, text: &str) {
+        self.text.push(text);
+    }
+
+    /// The text so far.
+    pub fn text(&self) -> &str {
+        &self.text.out
     }
 }
 
@@ -408,72 +394,5 @@ mod tests {
         assert_eq!(response_text(Protocol::Responses, false, body, 100), "x");
         let body = br#"{"content":[{"type":"tool_use","input":{}},{"type":"text","text":"t"}]}"#;
         assert_eq!(response_text(Protocol::Messages, false, body, 100), "t");
-    }
-
-    /// Each event's data comes back as it was kept, in order: empty events (at the start, at
-    /// a block's end), events that fill a block exactly or are larger than one, and many small
-    /// ones across several blocks.
-    fn keeps_each(datas: &[String]) {
-        let mut events = StreamEvents::new(usize::MAX);
-        for data in datas {
-            let before = (
-                events.blocks.len(),
-                events.blocks.last().map(|b| b.0.as_ptr()),
-            );
-            events.push(data);
-            // A block once begun is not moved: what it holds is not copied again.
-            if events.blocks.len() == before.0 {
-                assert_eq!(events.blocks.last().map(|b| b.0.as_ptr()), before.1);
-            }
-        }
-        let mut kept = Vec::new();
-        events.for_each(|data| kept.push(data.to_owned()));
-        assert_eq!(kept, datas);
-    }
-
-    #[test]
-    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn events_come_back_whole_and_in_order_across_blocks() {
-        let sized = |len: usize, c: char| c.to_string().repeat(len);
-        keeps_each(&[]);
-        keeps_each(&[String::new()]);
-        keeps_each(&[String::new(), sized(3, 'a'), String::new()]);
-        // A block filled exactly, then an empty event and one more.
-        keeps_each(&[sized(EVENT_BLOCK, 'a'), String::new(), sized(1, 'b')]);
-        keeps_each(&[sized(EVENT_BLOCK - 1, 'a'), sized(2, 'b'), sized(1, 'c')]);
-        // Larger than a block, between small ones.
-        keeps_each(&[
-            sized(5, 'a'),
-            sized(3 * EVENT_BLOCK + 7, 'b'),
-            sized(5, 'c'),
-            sized(EVENT_BLOCK, 'd'),
-        ]);
-        // Two hundred events of every length up to 400 bytes (≈ 40 KB, several blocks).
-        let many: Vec<String> = (0..200)
-            .map(|i| sized(i * 37 % 401, char::from(b'a' + (i % 26) as u8)))
-            .collect();
-        keeps_each(&many);
-    }
-
-    // Native only: proptest forks and times out with processes.
-    #[cfg(not(target_arch = "wasm32"))]
-    proptest::proptest! {
-        #[test]
-        fn any_events_come_back_whole_and_in_order(
-            lens in proptest::collection::vec(
-                proptest::prop_oneof![
-                    4 => 0..300usize,
-                    1 => EVENT_BLOCK - 2..EVENT_BLOCK + 2,
-                ],
-                0..120,
-            ),
-        ) {
-            let datas: Vec<String> = lens
-                .iter()
-                .enumerate()
-                .map(|(i, &len)| char::from(b'a' + (i % 26) as u8).to_string().repeat(len))
-                .collect();
-            keeps_each(&datas);
-        }
     }
 }

@@ -75,7 +75,9 @@ impl<'a> Scan<'a> {
         lead: &mut EventLead,
         mut read: impl FnMut(&mut Self) -> Option<Option<Cow<'a, str>>>,
     ) -> Option<Option<Cow<'a, str>>> {
-        if let Some(text) = lead.same_but_text(data) {
+        lead.reading = Reading::Other;
+        if let Some((text, raw)) = lead.same_but_text(data) {
+            lead.reading = Reading::SameShape(raw);
             return Some(Some(text));
         }
         let mut text = None;
@@ -85,8 +87,11 @@ impl<'a> Scan<'a> {
                 Some(())
             })
         })?;
-        if let Some(Cow::Borrowed(raw)) = &text {
-            lead.keep_shape(data, raw);
+        if let Some(Cow::Borrowed(raw)) = &text
+            && lead.keep_shape(data, raw)
+        {
+            let (start, end) = lead.text_at;
+            lead.reading = Reading::NewShape(start..end);
         }
         Some(text)
     }
@@ -390,6 +395,25 @@ pub struct EventLead {
     shape: Vec<u8>,
     /// Where the text's raw string (between its quotes) is in `shape`.
     text_at: (usize, usize),
+    /// What the last reading found of its event's shape.
+    reading: Reading,
+}
+
+/// What [`Scan::led_text`] found of an event's shape ([`EventLead::take_reading`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Neither of the others: the event was not read by [`Scan::led_text`], or read without
+    /// being kept as the shape (which is left as it was).
+    #[default]
+    Other,
+    /// Read whole, and kept as the shape the next events are compared with: a JSON object
+    /// whose text is a string value without escapes, at this range of the event (between its
+    /// quotes).
+    NewShape(std::ops::Range<usize>),
+    /// The kept shape but for its text's string, whose raw text (between its quotes) is at
+    /// this range of the event: every byte before the string's opening quote and from its
+    /// closing quote on is the shape's.
+    SameShape(std::ops::Range<usize>),
 }
 
 impl EventLead {
@@ -401,7 +425,7 @@ impl EventLead {
     /// reads the same bytes in the same state, which the shape's reading read through to its
     /// end; so it returns this string's text. `None` when `data` is not such an event, or its
     /// string is outside the quick reader's subset (then it is read as any other).
-    fn same_but_text<'d>(&self, data: &'d str) -> Option<Cow<'d, str>> {
+    fn same_but_text<'d>(&self, data: &'d str) -> Option<(Cow<'d, str>, std::ops::Range<usize>)> {
         let (start, end) = self.text_at;
         if self.shape.is_empty() || data.as_bytes().get(..start)? != self.shape.get(..start)? {
             return None;
@@ -415,29 +439,48 @@ impl EventLead {
         if data.as_bytes().get(scan.at..)? != self.shape.get(end + 1..)? {
             return None;
         }
+        let at = start..scan.at - 1;
         if !escaped {
-            return Some(Cow::Borrowed(raw));
+            return Some((Cow::Borrowed(raw), at));
         }
-        unescape(raw).map(Cow::Owned)
+        Some((Cow::Owned(unescape(raw)?), at))
     }
 
     /// Keeps `data`, read whole, as the shape, its text being `raw`, a string's raw text
     /// borrowed from it.
-    fn keep_shape(&mut self, data: &str, raw: &str) {
+    /// Whether it was kept (else the shape is left as it was).
+    fn keep_shape(&mut self, data: &str, raw: &str) -> bool {
         let Some(start) = (raw.as_ptr() as usize).checked_sub(data.as_ptr() as usize) else {
-            return;
+            return false;
         };
         let end = start + raw.len();
         // A string's raw text, between its quotes, within `data`.
         if start == 0 || data.as_bytes().get(start - 1) != Some(&b'"') {
-            return;
+            return false;
         }
         if data.as_bytes().get(end) != Some(&b'"') {
-            return;
+            return false;
         }
         self.shape.clear();
         self.shape.extend_from_slice(data.as_bytes());
         self.text_at = (start, end);
+        true
+    }
+
+    /// The kept shape's bytes up to its text's string (its opening quote last) and from the
+    /// string's closing quote on.
+    pub(crate) fn around_text(&self) -> Option<(&[u8], &[u8])> {
+        let (start, end) = self.text_at;
+        if self.shape.is_empty() {
+            return None;
+        }
+        Some((self.shape.get(..start)?, self.shape.get(end..)?))
+    }
+
+    /// What the last reading found of its event's shape, taken (an event read otherwise, as
+    /// Responses' are, leaves [`Reading::Other`]).
+    pub(crate) fn take_reading(&mut self) -> Reading {
+        std::mem::take(&mut self.reading)
     }
 
     /// `text` begins with the lead (none begins with an empty one).

@@ -58,6 +58,20 @@ impl Reader {
         }
     }
 
+    /// Nothing of a line or of an event is held: the next bytes begin an event's first line.
+    pub fn between_events(&self) -> bool {
+        self.line.is_empty()
+            && !self.skipping
+            && !self.has_data
+            && !self.oversized
+            && self.current.event.is_none()
+    }
+
+    /// The longest line read (a longer one is dropped).
+    pub fn max_line(&self) -> usize {
+        self.max_line
+    }
+
     /// Feeds a chunk; calls `on_event` for every event it completes. Works a line at a time
     /// (a relayed stream passes through here chunk by chunk, so this is on every stream's path).
     pub fn feed(&mut self, mut chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {

@@ -10,7 +10,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Protocol;
-use super::answer::{AnswerText, StreamEvents, response_text};
+use super::answer::{AnswerText, StreamText, response_text};
+use super::quick::Reading;
 use super::sse::{Event, Reader};
 
 /// A response body read only for its `usage` member.
@@ -124,30 +125,88 @@ impl UsageObserver {
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
-        self.feed_with(chunk, &mut |_| {});
+        self.feed_with(chunk, &mut |_| None);
     }
 
-    /// [`feed`](Self::feed) for a stream, keeping in `events` the events it has room for.
-    pub fn feed_keeping(&mut self, chunk: &[u8], events: &mut StreamEvents) {
-        let (within, beyond) = events.take_room(chunk);
-        self.feed_with(within, &mut |event| events.push(&event.data));
+    /// [`feed`](Self::feed) for a stream, adding to `text` the text of the events it has room
+    /// for. The events' shapes that reading finds spare the usage filter where they can
+    /// ([`carries_by_shape`]), and events of a plain shape but for their text are read
+    /// without the SSE reader where they are framed as it was ([`Self::same_shape_event`]).
+    pub fn feed_reading(&mut self, chunk: &[u8], text: &mut StreamText) {
+        let (mut within, beyond) = text.take_room(chunk);
+        while !within.is_empty() {
+            if let Some(rest) = self.same_shape_event(within, text) {
+                within = rest;
+                continue;
+            }
+            // The reader reads up to the next blank line, where the next event may be of the
+            // shape; all of it where there is no shape to compare events with.
+            let end = match text.frame {
+                Some(_) => blank_line_end(within).unwrap_or(within.len()),
+                None => within.len(),
+            };
+            let (read, rest) = within.split_at(end);
+            let protocol = self.protocol;
+            self.feed_with(read, &mut |event| {
+                let reading = text.read(&event.data);
+                let new = matches!(reading, Reading::NewShape(_));
+                let known = carries_by_shape(&event.data, reading, &mut text.plain_shape);
+                if new {
+                    text.frame = frame(protocol, event, text.plain_shape);
+                }
+                known
+            });
+            within = rest;
+        }
         if !beyond.is_empty() {
             self.feed(beyond);
         }
     }
 
-    /// [`feed`](Self::feed), handing each event of a stream to `on_event` once read.
-    fn feed_with(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(&Event)) {
+    /// An event at the start of `chunk` that is `text`'s kept shape but for its text's string,
+    /// framed as the shape's event was ([`StreamText::frame`]) and ended by a blank line, read
+    /// without the reader: its text added, the rest of the chunk returned. The reader, between
+    /// events, would read it as one event whose data is the line's after `data: `, and leave
+    /// itself as it was: so the event is the shape's but for a string without escapes (where
+    /// [`json::plain`](crate::json::plain) stops, the shape's closing quote must follow),
+    /// which the reading of [`StreamText::read`] takes as its text without reading the rest
+    /// ([`Reading::SameShape`]). It is UTF-8 where the string is (the shape's bytes are), has
+    /// the shape's name and so does not end the stream, and carries no usage when its string
+    /// names none ([`carries_by_shape`]). `None` where any of that does not hold: the reader
+    /// reads the event.
+    fn same_shape_event<'c>(&self, chunk: &'c [u8], text: &mut StreamText) -> Option<&'c [u8]> {
+        let frame = text.frame.as_deref()?;
+        if !self.streaming || !self.reader.between_events() {
+            return None;
+        }
+        let (before, after) = text.around_text()?;
+        let line = chunk.strip_prefix(frame)?;
+        let from_text = line.strip_prefix(before)?;
+        let (raw, rest) = from_text.split_at(crate::json::plain(from_text, 0));
+        let rest = rest.strip_prefix(after)?.strip_prefix(b"\n\n")?;
+        // The data line's length, `data: ` and all (a longer one the reader drops).
+        let line_len = DATA_FIELD.len() + before.len() + raw.len() + after.len();
+        if line_len > self.reader.max_line() || names_usage(raw) {
+            return None;
+        }
+        let raw = crate::utf8::str(raw)?;
+        text.push(raw);
+        Some(rest)
+    }
+
+    /// [`feed`](Self::feed), handing each event of a stream to `on_event` once read, which
+    /// may answer whether the event may carry a usage ([`may_carry_usage`]).
+    fn feed_with(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(&Event) -> Option<bool>) {
         if self.streaming {
             let (protocol, wire) = (self.protocol, self.protocol.wire());
             let (usage, ended) = (&mut self.usage, &mut self.ended);
             self.reader.feed(chunk, &mut |event| {
-                on_event(event);
+                let known = on_event(event);
                 if ends_stream(protocol, event) {
                     *ended = true;
                 }
                 // Cheap filter first: most events carry no usage.
-                if !may_carry_usage(&event.data) {
+                if !known.unwrap_or_else(|| may_carry_usage(&event.data)) {
                     return;
                 }
                 if let Some(raw) = wire.event_usage(&event.data)
@@ -211,22 +270,111 @@ impl UsageObserver {
 /// chunk, and a null usage has nothing to merge. Inside a JSON string the quotes are escaped
 /// (`\"usage\":null`), so an unescaped `"usage":null` is always a member.
 fn may_carry_usage(data: &str) -> bool {
-    const NAME: &str = "usage";
-    // Built once: `str::match_indices` set up a two-way searcher on every event.
-    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NAME));
     let bytes = data.as_bytes();
     // Searched from each place on (`find_iter` copies the searcher into its iterator: a
     // memcpy on every event of every stream).
     let mut from = 0;
-    while let Some(found) = bytes.get(from..).and_then(|rest| FINDER.find(rest)) {
+    while let Some(found) = bytes.get(from..).and_then(|rest| USAGE.find(rest)) {
         let at = from + found;
-        if !(bytes[..at].ends_with(b"\"") && bytes[at + NAME.len()..].starts_with(b"\":null")) {
+        if !(bytes[..at].ends_with(b"\"") && bytes[at + USAGE_NAME.len()..].starts_with(b"\":null"))
+        {
             return true;
         }
-        from = at + NAME.len();
+        from = at + USAGE_NAME.len();
     }
     false
+}
+
+const USAGE_NAME: &str = "usage";
+
+/// Built once: `str::match_indices` set up a two-way searcher on every event.
+static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(USAGE_NAME));
+
+/// What frames an event's data line (a space after the colon, as the reader takes it away).
+const DATA_FIELD: &[u8] = b"data: ";
+
+/// The frame of `event`, just read and kept as the shape ([`StreamText::frame`]): its name's
+/// line, if any, and `data: `, where the shape is plain (`plain_shape`), did not end the
+/// stream and has no line break in its data or name (so it was one data line, and the frame
+/// written back is read as the same name and data).
+fn frame(protocol: Protocol, event: &Event, plain_shape: bool) -> Option<Vec<u8>> {
+    let breaks = |text: &str| memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some();
+    if !plain_shape || ends_stream(protocol, event) || breaks(&event.data) {
+        return None;
+    }
+    let mut frame = Vec::new();
+    if let Some(name) = &event.event {
+        if breaks(name) {
+            return None;
+        }
+        frame.extend_from_slice(b"event: ");
+        frame.extend_from_slice(name.as_bytes());
+        frame.push(b'\n');
+    }
+    frame.extend_from_slice(DATA_FIELD);
+    Some(frame)
+}
+
+/// Where the first blank line in `bytes` (`\n\n`) ends.
+fn blank_line_end(bytes: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(found) = bytes
+        .get(from..)
+        .and_then(|rest| memchr::memchr(b'\n', rest))
+    {
+        let at = from + found;
+        if bytes.get(at + 1) == Some(&b'\n') {
+            return Some(at + 2);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// `raw` holds `usage`. Text deltas are short: they are read a byte at a time, longer texts
+/// by the searcher.
+fn names_usage(raw: &[u8]) -> bool {
+    if raw.len() > 64 {
+        return USAGE.find(raw).is_some();
+    }
+    let name = USAGE_NAME.as_bytes();
+    raw.iter()
+        .enumerate()
+        .any(|(at, &byte)| byte == name[0] && raw[at..].starts_with(name))
+}
+
+/// [`may_carry_usage`] for `data`, answered from its shape where that is sure; `None` where
+/// the filter must read it. `plain_shape` says whether the shape the reading keeps is known to
+/// carry no usage, and is set where the reading keeps a new one.
+///
+/// An event that is the kept shape but for its text's string ([`Reading::SameShape`]) has
+/// the shape's bytes before the string's opening quote and from its closing quote on. Every
+/// `usage` in it is in those bytes or in the string (it holds no quote, and both quotes
+/// bound the string). One in the bytes before the string reads the same bytes around it as
+/// in the shape, as long as it does not end just before the opening quote (that is ruled
+/// out when the shape is kept); one from the closing quote on too. So when the shape made the
+/// filter say no, and the string holds no `usage`, the filter says no for the event.
+fn carries_by_shape(data: &str, reading: Reading, plain_shape: &mut bool) -> Option<bool> {
+    match reading {
+        Reading::SameShape(raw) => {
+            let plain = *plain_shape
+                && data
+                    .get(raw)
+                    .is_some_and(|raw| !names_usage(raw.as_bytes()));
+            plain.then_some(false)
+        }
+        Reading::NewShape(raw) => {
+            let carries = may_carry_usage(data);
+            let before = data
+                .as_bytes()
+                .get(..raw.start.saturating_sub(1))
+                .unwrap_or_default();
+            *plain_shape = !carries && !before.ends_with(USAGE_NAME.as_bytes());
+            Some(carries)
+        }
+        Reading::Other => None,
+    }
 }
 
 /// The usage the events reported (`found`) with the members of `raw`, a body's usage, added
@@ -895,16 +1043,16 @@ mod tests {
     fn keeps_what_reading_again_finds(body: &[u8], cuts: &[usize], max_bytes: usize, max: usize) {
         for protocol in Protocol::ALL {
             let mut observer = UsageObserver::new(protocol, true);
-            let mut events = StreamEvents::new(max_bytes);
+            let mut text = StreamText::new(protocol, max_bytes, max);
             let mut at = 0;
             for &cut in cuts.iter().chain([&body.len()]) {
                 let cut = cut.clamp(at, body.len());
-                observer.feed_keeping(&body[at..cut], &mut events);
+                observer.feed_reading(&body[at..cut], &mut text);
                 at = cut;
             }
             let whole = &body[..max_bytes.min(body.len())];
             assert_eq!(
-                events.text(protocol, max),
+                text.text(),
                 response_text(protocol, true, whole, max),
                 "{protocol:?}, {max_bytes} bytes, {max} characters, cut at {cuts:?}"
             );
@@ -915,17 +1063,109 @@ mod tests {
         }
     }
 
+    /// An event of the last kept shape but for its text is not searched for a usage when the
+    /// shape held none and its text names none; otherwise it is left to the filter.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn events_of_a_shape_without_usage_are_not_searched_again() {
+        let chat = |text: &str, usage: &str| {
+            format!(
+                r#"{{"id":"c","choices":[{{"index":0,"delta":{{"content":"{text}"}}}}],"usage":{usage}}}"#
+            )
+        };
+        let mut text = StreamText::new(Protocol::ChatCompletions, usize::MAX, usize::MAX);
+        let mut known = |data: &str| {
+            let reading = text.read(data);
+            let kind = std::mem::discriminant(&reading);
+            (kind, carries_by_shape(data, reading, &mut text.plain_shape))
+        };
+        let new = std::mem::discriminant(&Reading::NewShape(0..0));
+        let same = std::mem::discriminant(&Reading::SameShape(0..0));
+        let other = std::mem::discriminant(&Reading::Other);
+        // Read whole: the filter's answer, from reading it.
+        assert_eq!(known(&chat("a", "null")), (new, Some(false)));
+        assert_eq!(known(&chat("bc", "null")), (same, Some(false)));
+        assert_eq!(known(&chat("the usage", "null")), (same, None));
+        assert_eq!(known(&chat(r"x\n", "null")), (same, Some(false)));
+        // A shape with a usage: its events are read by the filter.
+        assert_eq!(known(&chat("a", r#"{"n":1}"#)), (new, Some(true)));
+        assert_eq!(known(&chat("b", r#"{"n":1}"#)), (same, None));
+        // An event not kept as the shape leaves the shape as it was.
+        assert_eq!(known(r#"{"choices":[],"usage":null}"#), (other, None));
+        assert_eq!(known(&chat("c", r#"{"n":1}"#)), (same, None));
+        assert_eq!(known(&chat("d", "null")), (new, Some(false)));
+        assert_eq!(known(&chat("e", "null")), (same, Some(false)));
+        assert_eq!(text.text(), "abcthe usagex\nabcde");
+    }
+
+    /// Events framed as the kept shape's was, and of that shape but for their text, are read
+    /// without the reader; any other is left to it.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn events_of_the_kept_shape_are_read_without_the_reader() {
+        let delta = |text: &str| {
+            format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+            )
+        };
+        let mut observer = UsageObserver::new(Protocol::Messages, true);
+        let mut text = StreamText::new(Protocol::Messages, usize::MAX, usize::MAX);
+        // No shape yet.
+        let first = delta("a");
+        assert_eq!(observer.same_shape_event(first.as_bytes(), &mut text), None);
+        observer.feed_reading(first.as_bytes(), &mut text);
+        let two = delta("bc") + &delta("d");
+        let rest = observer.same_shape_event(two.as_bytes(), &mut text);
+        assert_eq!(rest, Some(delta("d").as_bytes()));
+        assert_eq!(text.text(), "abc");
+        // Left to the reader: an escape, `usage`, another frame, CRLF, an event not ended, a
+        // line longer than the reader reads.
+        for other in [
+            delta(r"e\n"),
+            delta("a usage"),
+            delta("f").replacen("event: content_block_delta\n", "", 1),
+            delta("g").replace('\n', "\r\n"),
+            delta("h").trim_end().to_owned(),
+            delta(&"x".repeat(observer.reader.max_line())),
+        ] {
+            assert_eq!(observer.same_shape_event(other.as_bytes(), &mut text), None);
+        }
+        // Nor while the reader holds part of a line.
+        observer.feed_reading(b"event: ping", &mut text);
+        assert_eq!(
+            observer.same_shape_event(delta("i").as_bytes(), &mut text),
+            None
+        );
+        assert_eq!(text.text(), "abc");
+    }
+
     /// Events of the three protocols' streams, text and not, with line ends of both kinds.
-    const EVENTS: [&str; 9] = [
+    /// Some follow an event of the same shape but for their text, which is read without the
+    /// SSE reader where it is whole in a chunk: Messages' deltas (one with an escape, one
+    /// with a character outside ASCII, one ended by CRLF), and Chat's, with a null usage (one
+    /// with `usage` for its text) and then a usage, another event's usage between them, so
+    /// that the last usage read is wrong where an event of a shape with a usage is passed
+    /// over.
+    const EVENTS: [&str; 19] = [
         "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w0 \"}}]}\n\n",
         "data: {\"choices\":[{\"delta\":{\"content\":\"caf\\u00e9 src/lib.rs\"}}]}\r\n\r\n",
         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"see docs/a.md \"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"and src/b.rs \"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\nb\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\u{e9}t\u{e9}\"}}\n\n",
+        "event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"crlf\"}}\r\n\r\n",
         "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"\u{e9}t\u{e9} \"}\n\n",
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\n",
         "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n",
         ": a comment\n\n",
         "data: line one\ndata: line two\n\n",
         "data: [DONE]\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w1 \"}}],\"usage\":null}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w4 \"}}],\"usage\":null}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"usage\"}}],\"usage\":null}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w2\"}}],\"usage\":{\"completion_tokens\":1}}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w3\"}}],\"usage\":{\"completion_tokens\":1}}\n\n",
     ];
 
     #[test]
