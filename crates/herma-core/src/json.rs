@@ -482,11 +482,46 @@ fn stops(word: u64) -> u64 {
         & HIGHS
 }
 
+/// Whether no byte of `bytes` is a stop ([`plain`] over all of it). The slice ends where the
+/// text does, so its last word is read overlapping the one before, and a text under eight
+/// bytes as two overlapping halves, instead of byte by byte: the receipt's names and ids are
+/// a few to a few dozen bytes. Longer texts go to [`plain`]'s blocks.
+fn all_plain(bytes: &[u8]) -> bool {
+    let len = bytes.len();
+    let word = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|word| <[u8; 8]>::try_from(word).ok())
+            .map_or(0, |word| stops(u64::from_le_bytes(word)))
+    };
+    let half = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|half| <[u8; 4]>::try_from(half).ok())
+            .map_or(0, |half| u64::from(u32::from_le_bytes(half)))
+    };
+    match len {
+        0..4 => bytes.iter().all(|&byte| !stops_plain(byte)),
+        4..8 => stops(half(0) | half(len - 4) << 32) == 0,
+        8..=64 => {
+            let mut at = 0;
+            while at + 8 < len {
+                if word(at) != 0 {
+                    return false;
+                }
+                at += 8;
+            }
+            word(len - 8) == 0
+        }
+        _ => plain(bytes, 0) == len,
+    }
+}
+
 /// Appends `text` as a JSON string, exactly as serde_json writes it: copied whole between
 /// quotes when [`plain`] finds nothing in it that needs an escape, else escaped by serde_json.
 pub(crate) fn write_string(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
-    if plain(bytes, 0) < bytes.len() {
+    if !all_plain(bytes) {
         write_serialized(out, text);
     } else {
         out.reserve(bytes.len() + 2);
@@ -771,10 +806,49 @@ mod tests {
         }
     }
 
+    /// A whole text is plain where a byte-by-byte scan finds no stop: every length up to
+    /// past the block size, each byte value at each place, and after it each follower.
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_text_is_all_plain_where_no_byte_stops() {
+        let stops = |byte: u8| byte < 0x20 || byte == b'"' || byte == b'\\';
+        for len in 0..=80 {
+            assert!(all_plain(&vec![b'a'; len]));
+            for at in 0..len {
+                for byte in 0..=u8::MAX {
+                    let mut text = vec![b'a'; len];
+                    text[at] = byte;
+                    assert_eq!(all_plain(&text), !stops(byte), "{byte:#x} at {at} of {len}");
+                    if let Some(next) = text.get_mut(at + 1) {
+                        *next = b'"';
+                        assert!(
+                            !all_plain(&text),
+                            "{byte:#x} at {at} of {len}, then a quote"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     // Native only: proptest forks and times out with processes.
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Any text: plain as a whole where a byte-by-byte scan finds no stop.
+        #[test]
+        fn all_plain_answers_as_a_byte_by_byte_scan(
+            text in proptest::collection::vec(
+                proptest::prop_oneof![
+                    16 => 0x20u8..=0xff,
+                    1 => proptest::prelude::any::<u8>(),
+                ],
+                0..200,
+            ),
+        ) {
+            proptest::prop_assert_eq!(all_plain(&text), plain_by_bytes(&text, 0) == text.len());
+        }
 
         /// Any text, mostly plain bytes with a few stops anywhere, from any start.
         #[test]
