@@ -175,6 +175,14 @@ impl AnswerText {
         self.chars += self.out[before..].chars().count();
     }
 
+    /// [`push`](Self::push) for ASCII bytes, each a character (no UTF-8 check, no count).
+    fn push_ascii(&mut self, text: &[u8]) {
+        let take = text.len().min(self.max.saturating_sub(self.chars));
+        self.out
+            .extend(text.iter().take(take).map(|&byte| char::from(byte)));
+        self.chars += take;
+    }
+
     /// It holds `max` characters: [`push`](Self::push) adds nothing more.
     pub fn is_full(&self) -> bool {
         self.chars >= self.max
@@ -270,9 +278,16 @@ impl StreamText {
         self.lead.around_text()
     }
 
-    /// Adds the text of an event of the kept shape, read without the reader.
-    pub(super) fn push(&mut self, text: &str) {
-        self.text.push(text);
+    /// Adds the text of an event of the kept shape read without the reader: `raw`, a string's
+    /// bytes without escapes; `None`, adding nothing, where they are not UTF-8. Text deltas
+    /// are mostly a few ASCII bytes: those are added without the UTF-8 check.
+    pub(super) fn push_raw(&mut self, raw: &[u8]) -> Option<()> {
+        if raw.is_ascii() {
+            self.text.push_ascii(raw);
+        } else {
+            self.text.push(crate::utf8::str(raw)?);
+        }
+        Some(())
     }
 
     /// The text so far.

@@ -447,8 +447,7 @@ impl EventLead {
     }
 
     /// Keeps `data`, read whole, as the shape, its text being `raw`, a string's raw text
-    /// borrowed from it.
-    /// Whether it was kept (else the shape is left as it was).
+    /// borrowed from it; whether it was kept (else the shape is left as it was).
     fn keep_shape(&mut self, data: &str, raw: &str) -> bool {
         let Some(start) = (raw.as_ptr() as usize).checked_sub(data.as_ptr() as usize) else {
             return false;

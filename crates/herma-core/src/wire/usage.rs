@@ -189,8 +189,7 @@ impl UsageObserver {
         if line_len > self.reader.max_line() || names_usage(raw) {
             return None;
         }
-        let raw = crate::utf8::str(raw)?;
-        text.push(raw);
+        text.push_raw(raw)?;
         Some(rest)
     }
 
@@ -339,6 +338,9 @@ fn names_usage(raw: &[u8]) -> bool {
         return USAGE.find(raw).is_some();
     }
     let name = USAGE_NAME.as_bytes();
+    if raw.len() < name.len() {
+        return false;
+    }
     raw.iter()
         .enumerate()
         .any(|(at, &byte)| byte == name[0] && raw[at..].starts_with(name))
@@ -1025,7 +1027,7 @@ mod tests {
         }
 
         #[test]
-        fn events_kept_chunk_by_chunk_agree_with_reading_the_bytes_again(
+        fn text_read_chunk_by_chunk_agrees_with_reading_the_bytes_again(
             events in proptest::collection::vec(0..EVENTS.len(), 0..12),
             cuts in proptest::collection::vec(0..1200usize, 0..8),
             max_bytes in 0..1300usize,
@@ -1034,13 +1036,13 @@ mod tests {
             let body: String = events.iter().map(|&i| EVENTS[i]).collect();
             let mut cuts = cuts;
             cuts.sort_unstable();
-            keeps_what_reading_again_finds(body.as_bytes(), &cuts, max_bytes, max);
+            reads_what_reading_again_finds(body.as_bytes(), &cuts, max_bytes, max);
         }
     }
 
-    /// A stream's events kept as the observer reads them, chunk by chunk and up to a number of
-    /// bytes, give the text reading those bytes again gives.
-    fn keeps_what_reading_again_finds(body: &[u8], cuts: &[usize], max_bytes: usize, max: usize) {
+    /// A stream's text, read from the events the observer reads chunk by chunk up to a number
+    /// of bytes, is the text reading those bytes again gives.
+    fn reads_what_reading_again_finds(body: &[u8], cuts: &[usize], max_bytes: usize, max: usize) {
         for protocol in Protocol::ALL {
             let mut observer = UsageObserver::new(protocol, true);
             let mut text = StreamText::new(protocol, max_bytes, max);
@@ -1170,7 +1172,7 @@ mod tests {
 
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
-    fn a_streams_events_are_kept_as_reading_its_bytes_again_finds_them() {
+    fn a_streams_text_read_as_it_passes_is_what_reading_its_bytes_again_finds() {
         let body: String = EVENTS.concat().repeat(3);
         let body = body.as_bytes();
         for max_bytes in [
@@ -1185,19 +1187,30 @@ mod tests {
             usize::MAX,
         ] {
             for max in [0, 5, usize::MAX] {
-                keeps_what_reading_again_finds(body, &[], max_bytes, max);
-                keeps_what_reading_again_finds(body, &[1, 7, 60, 61, 300], max_bytes, max);
+                reads_what_reading_again_finds(body, &[], max_bytes, max);
+                reads_what_reading_again_finds(body, &[1, 7, 60, 61, 300], max_bytes, max);
                 let bytes: Vec<usize> = (1..body.len()).collect();
-                keeps_what_reading_again_finds(body, &bytes, max_bytes, max);
+                reads_what_reading_again_finds(body, &bytes, max_bytes, max);
+                // Each event a chunk of its own, as upstreams send them.
+                let ends: Vec<usize> = EVENTS
+                    .iter()
+                    .cycle()
+                    .take(3 * EVENTS.len())
+                    .scan(0, |end, event| {
+                        *end += event.len();
+                        Some(*end)
+                    })
+                    .collect();
+                reads_what_reading_again_finds(body, &ends, max_bytes, max);
             }
         }
-        // A stream whose kept events fill several blocks.
+        // A longer stream, cut at a few places.
         let body: String = EVENTS.concat().repeat(60);
         let body = body.as_bytes();
         for max_bytes in [9000, body.len() / 2, usize::MAX] {
             for max in [5, usize::MAX] {
-                keeps_what_reading_again_finds(body, &[], max_bytes, max);
-                keeps_what_reading_again_finds(body, &[1, 700, 8193, 20000], max_bytes, max);
+                reads_what_reading_again_finds(body, &[], max_bytes, max);
+                reads_what_reading_again_finds(body, &[1, 700, 8193, 20000], max_bytes, max);
             }
         }
     }
