@@ -831,6 +831,22 @@ mod tests {
         }
     }
 
+    /// Texts of bytes that are plain `plain_weight` times in `plain_weight + 1`, any byte
+    /// (a stop or not) otherwise.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn mostly_plain(
+        plain_weight: u32,
+        len: std::ops::Range<usize>,
+    ) -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            proptest::prop_oneof![
+                plain_weight => 0x20u8..=0xff,
+                1 => proptest::prelude::any::<u8>(),
+            ],
+            len,
+        )
+    }
+
     // Native only: proptest forks and times out with processes.
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
@@ -839,13 +855,7 @@ mod tests {
         /// Any text: plain as a whole where a byte-by-byte scan finds no stop.
         #[test]
         fn all_plain_answers_as_a_byte_by_byte_scan(
-            text in proptest::collection::vec(
-                proptest::prop_oneof![
-                    16 => 0x20u8..=0xff,
-                    1 => proptest::prelude::any::<u8>(),
-                ],
-                0..200,
-            ),
+            text in mostly_plain(16, 0..200),
         ) {
             proptest::prop_assert_eq!(all_plain(&text), plain_by_bytes(&text, 0) == text.len());
         }
@@ -853,13 +863,7 @@ mod tests {
         /// Any text, mostly plain bytes with a few stops anywhere, from any start.
         #[test]
         fn plain_finds_what_a_byte_by_byte_scan_finds(
-            text in proptest::collection::vec(
-                proptest::prop_oneof![
-                    8 => 0x20u8..=0xff,
-                    1 => proptest::prelude::any::<u8>(),
-                ],
-                0..400,
-            ),
+            text in mostly_plain(8, 0..400),
             start in 0usize..100,
         ) {
             // A start past the end is answered as itself.

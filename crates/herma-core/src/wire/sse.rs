@@ -3,17 +3,25 @@
 
 /// Appends one event to `out`: an optional `event:` line, `data:` lines, a blank line.
 pub fn write_event(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    write_name(out, event);
+    for line in data.split('\n') {
+        out.extend_from_slice(DATA_LINE);
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+/// How a data line Herma writes begins (the reader takes the space after the colon away).
+pub(crate) const DATA_LINE: &[u8] = b"data: ";
+
+/// Appends an event's `event:` line, where it has a name.
+pub(crate) fn write_name(out: &mut Vec<u8>, event: Option<&str>) {
     if let Some(event) = event {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(event.as_bytes());
         out.push(b'\n');
     }
-    for line in data.split('\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line.as_bytes());
-        out.push(b'\n');
-    }
-    out.push(b'\n');
 }
 
 /// One parsed event.

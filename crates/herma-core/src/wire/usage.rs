@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::Protocol;
 use super::answer::{AnswerText, StreamText, response_text};
 use super::quick::Reading;
-use super::sse::{Event, Reader};
+use super::sse::{DATA_LINE, Event, Reader};
 
 /// A response body read only for its `usage` member.
 #[derive(Deserialize)]
@@ -185,7 +185,7 @@ impl UsageObserver {
         let (raw, rest) = from_text.split_at(crate::json::plain(from_text, 0));
         let rest = rest.strip_prefix(after)?.strip_prefix(b"\n\n")?;
         // The data line's length, `data: ` and all (a longer one the reader drops).
-        let line_len = DATA_FIELD.len() + before.len() + raw.len() + after.len();
+        let line_len = DATA_LINE.len() + before.len() + raw.len() + after.len();
         if line_len > self.reader.max_line() || names_usage(raw) {
             return None;
         }
@@ -290,9 +290,6 @@ const USAGE_NAME: &str = "usage";
 static USAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(USAGE_NAME));
 
-/// What frames an event's data line (a space after the colon, as the reader takes it away).
-const DATA_FIELD: &[u8] = b"data: ";
-
 /// The frame of `event`, just read and kept as the shape ([`StreamText::frame`]): its name's
 /// line, if any, and `data: `, where the shape is plain (`plain_shape`), did not end the
 /// stream and has no line break in its data or name (so it was one data line, and the frame
@@ -302,16 +299,13 @@ fn frame(protocol: Protocol, event: &Event, plain_shape: bool) -> Option<Vec<u8>
     if !plain_shape || ends_stream(protocol, event) || breaks(&event.data) {
         return None;
     }
-    let mut frame = Vec::new();
-    if let Some(name) = &event.event {
-        if breaks(name) {
-            return None;
-        }
-        frame.extend_from_slice(b"event: ");
-        frame.extend_from_slice(name.as_bytes());
-        frame.push(b'\n');
+    if event.event.as_deref().is_some_and(breaks) {
+        return None;
     }
-    frame.extend_from_slice(DATA_FIELD);
+    // As the reader's own events are written ([`super::sse::write_event`]).
+    let mut frame = Vec::new();
+    super::sse::write_name(&mut frame, event.event.as_deref());
+    frame.extend_from_slice(DATA_LINE);
     Some(frame)
 }
 
