@@ -116,19 +116,66 @@ static SET: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(PATTERNS
 /// The longest text the set is run over first.
 const SET_UP_TO: usize = 128;
 
-/// Which patterns may match in a text: those the set found in a short one, else all.
-struct Found(Option<SetMatches>);
+/// Whether `text` has what a match of at least one of [`PATTERNS`] needs: a `:` (URIs, `::`
+/// paths, `Error:`, `test result:`), a backtick, `(` (calls), `[` (`error[`), `sc-`, two ASCII
+/// capitals (CamelCase, `TS1234`, `ENOENT`), `panicked`, or `fault` in any case (`(?i)`
+/// folds none but ASCII letters to `f`, `a`, `u`, `l` or `t`). A short prompt or answer
+/// without any of them, as most are, skips the set's pass too (a few hundred instructions
+/// against about 1,400: docs/performance.md, issue 18's twenty-seventh round).
+fn may_match_any(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut capitals = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let found = match byte {
+            b':' | b'`' | b'(' | b'[' => true,
+            b'A'..=b'Z' => {
+                capitals += 1;
+                capitals == 2
+                    || (byte == b'F'
+                        && bytes[at + 1..]
+                            .get(..4)
+                            .is_some_and(|w| w.eq_ignore_ascii_case(b"ault")))
+            }
+            b'-' => at >= 2 && bytes[at - 2..at] == *b"sc",
+            b'p' => bytes[at..].starts_with(b"panicked"),
+            b'f' => bytes[at + 1..]
+                .get(..4)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"ault")),
+            _ => false,
+        };
+        if found {
+            return true;
+        }
+    }
+    false
+}
+
+/// Which patterns may match in a text: none in a short one that lacks what every pattern needs,
+/// those the set found in another short one, else all.
+enum Found {
+    Nothing,
+    Some(SetMatches),
+    All,
+}
 
 impl Found {
     fn in_text(text: &str) -> Self {
         if text.len() > SET_UP_TO {
-            return Self(None);
+            return Self::All;
         }
-        Self(SET.as_ref().map(|set| set.matches(text)))
+        if !may_match_any(text) {
+            return Self::Nothing;
+        }
+        SET.as_ref()
+            .map_or(Self::All, |set| Self::Some(set.matches(text)))
     }
 
     fn may_match(&self, index: usize) -> bool {
-        self.0.as_ref().is_none_or(|found| found.matched(index))
+        match self {
+            Self::Nothing => false,
+            Self::Some(found) => found.matched(index),
+            Self::All => true,
+        }
     }
 
     /// Calls `each` with every match of pattern `index` in `text`, the text this was found in.
@@ -216,7 +263,7 @@ pub fn observations(
     // Group 1 when the pattern has one (the name inside backticks or before `()`), else all.
     // The prompt is the first text, the answer the last (were either missing, every pattern
     // would search).
-    let unknown = Found(None);
+    let unknown = Found::All;
     let (prompt, answer) = (
         found.first().unwrap_or(&unknown),
         found.last().unwrap_or(&unknown),
@@ -473,8 +520,64 @@ mod tests {
             "éKeyError: é_x() ÉtéCase sc-é-1 tessera://é",
             // Longer than the set is run over: every pattern searches it.
             &"a `Parser::parse` and run_all() in RuleSet; ".repeat(4),
+            // Each with one thing a pattern needs and nothing else the pre-check looks for.
+            "see tessera://x",
+            "see statute://x",
+            "see sc-us-17",
+            "see `x`",
+            "see a::b",
+            "see run_all()",
+            "see HttpClient",
+            "see error[E0308]",
+            "see TS2345",
+            "see Error:",
+            "see ENOENT",
+            "thread panicked at x",
+            "segmentation fault",
+            "segmentation Fault",
+            "ſegmentation fault",
+            "test result: FAILED",
         ] {
             set_agrees_with_each_pattern(text);
+        }
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn a_short_text_with_nothing_a_pattern_needs_skips_the_set() {
+        for text in [
+            "",
+            "please deploy the billing service",
+            "status-check",
+            "All systems nominal.",
+            "Hello from the mock upstream.",
+            "fast sc -x, p, f ault, Ça é",
+        ] {
+            assert!(!may_match_any(text), "{text:?}");
+            assert!(matches!(Found::in_text(text), Found::Nothing), "{text:?}");
+            set_agrees_with_each_pattern(text);
+        }
+        for text in [
+            "see `x`", "A B", "a: b", "x(", "[", "sc-", "panicked", "FAULT", "fAuLt",
+        ] {
+            assert!(may_match_any(text), "{text:?}");
+        }
+    }
+
+    /// The pre-check looks for `fault` in ASCII letters of any case: the only characters the
+    /// case-insensitive pattern matches for those letters.
+    #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn only_ascii_letters_fold_to_those_of_fault() {
+        let letters = Regex::new("(?i)^[fault]$").expect("compiles");
+        let mut buffer = [0u8; 4];
+        for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            if letters.is_match(c.encode_utf8(&mut buffer)) {
+                assert!(
+                    b"faultFAULT".contains(&(c as u32 as u8)) && c.is_ascii(),
+                    "{c:?}"
+                );
+            }
         }
     }
 
@@ -488,7 +591,8 @@ mod tests {
                 "Http", "Client", "Camel", "error[", "E0308", "]", "TS", "2345", "Key", "Error",
                 "Exception", ":", "ENOENT", "EPERM", "panicked", " at", "segmentation fault",
                 "Segmentation Fault", "test result: ", "FAILED", " ", "\n", "é", "Ça", "ü", "a",
-                "Z", "9", "'", "/", "ß",
+                "Z", "9", "'", "/", "ß", "ſ", "fault", "Fault", "fAuLt", "sc", "-", "p", "(",
+                "[", "\u{212a}",
             ]), 0..24),
         ) {
             set_agrees_with_each_pattern(&parts.concat());
