@@ -52,9 +52,33 @@ impl std::fmt::Display for KeyId {
     }
 }
 
+/// Whether every byte of `s` is `0`–`9` or `a`–`f`: eight bytes at a time (a key is 80 of
+/// them, checked on every request), the rest one by one.
 fn is_lower_hex(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    let mut words = s.as_bytes().chunks_exact(8);
+    words.all(|word| {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        word_is_lower_hex(u64::from_le_bytes(eight))
+    }) && words
+        .remainder()
+        .iter()
+        .all(|&b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// [`is_lower_hex`] for the eight bytes of `word`. With every byte's top bit clear, setting it
+/// and subtracting `lo` from each byte leaves the top bit set exactly where the byte is at
+/// least `lo`, and no byte borrows from the next.
+fn word_is_lower_hex(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    if word & TOPS != 0 {
+        return false;
+    }
+    let at_least = |lo: u8| ((word | TOPS) - ONES * u64::from(lo)) & TOPS;
+    let digits = at_least(b'0') & !at_least(b'9' + 1);
+    let letters = at_least(b'a') & !at_least(b'f' + 1);
+    (digits | letters) == TOPS
 }
 
 /// SHA-256 digest of a whole key string. The only form in which a key is stored.
@@ -269,6 +293,45 @@ mod tests {
 
     fn material() -> KeyMaterial {
         KeyMaterial::from_random([0xab; 8], [0x01; 32])
+    }
+
+    #[test]
+    #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+    fn lower_hex_is_checked_byte_by_byte_at_every_place() {
+        let one_by_one = |s: &[u8]| s.iter().all(|b| b"0123456789abcdef".contains(b));
+        for len in 0..=24 {
+            let hex: Vec<u8> = b"0123456789abcdef"
+                .iter()
+                .cycle()
+                .take(len)
+                .copied()
+                .collect();
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut text = hex.clone();
+                    text[at] = byte;
+                    let Ok(text) = std::str::from_utf8(&text) else {
+                        continue;
+                    };
+                    assert_eq!(is_lower_hex(text), one_by_one(text.as_bytes()), "{text:?}");
+                }
+            }
+            assert!(is_lower_hex(std::str::from_utf8(&hex).unwrap()));
+        }
+        // The word's check on its own takes any bytes, not only UTF-8.
+        for at in 0..8 {
+            for byte in 0..=255u8 {
+                let mut word = *b"09afbe71";
+                word[at] = byte;
+                assert_eq!(
+                    word_is_lower_hex(u64::from_le_bytes(word)),
+                    one_by_one(&word),
+                    "{word:?}"
+                );
+            }
+        }
+        assert!(!is_lower_hex("0123456789abcdeé"));
+        assert!(!is_lower_hex("0123456é89abcdef"));
     }
 
     #[test]
