@@ -48,6 +48,7 @@ const ROOM_FOR_ADDED_HEADERS: usize = 8;
 
 /// Names the project a request belongs to (entity memory is kept per project).
 pub const PROJECT_HEADER: &str = "x-herma-project";
+const PROJECT: HeaderName = HeaderName::from_static(PROJECT_HEADER);
 
 /// What a proxied route asks for.
 
@@ -125,8 +126,10 @@ impl ProxyRequest {
             .filter_map(|(n, v)| Some((n.as_str(), std::str::from_utf8(v.as_bytes()).ok()?)))
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
-        herma_providers::header_text(&self.headers, name)
+    /// A header's value as text, by a name made once (a lookup by `&str` checks and lowercases
+    /// the name every time).
+    fn header(&self, name: &HeaderName) -> Option<&str> {
+        std::str::from_utf8(self.headers.get(name)?.as_bytes()).ok()
     }
 }
 
@@ -354,7 +357,7 @@ impl App {
             .collect();
         TurnRecord {
             scope: receipt.caller_scope.clone(),
-            project_tag: project_tag(request.header(PROJECT_HEADER), envelope.system.as_deref()),
+            project_tag: project_tag(request.header(&PROJECT), envelope.system.as_deref()),
             protocol: envelope.protocol,
             conversation_id: if envelope.conversation.source == ConversationSource::None {
                 String::new()
@@ -440,7 +443,7 @@ impl App {
         receipt_id: Option<&str>,
     ) -> Result<(u16, HeaderMap, BodyStream), Problem> {
         let hop_by_hop = request
-            .header("connection")
+            .header(&http::header::CONNECTION)
             .map(connection_tokens)
             .unwrap_or_default();
         let mut headers = HeaderMap::with_capacity(request.headers.len() + ROOM_FOR_ADDED_HEADERS);

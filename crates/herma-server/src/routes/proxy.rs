@@ -71,13 +71,14 @@ async fn relay(
     };
     let failed = |response: Response| (response, RequestAction::Failed, None);
     let facts = GateFacts::from_headers(headers);
-    if let Err(problem) = facts.repeated() {
+    let read = facts.read();
+    if let Err(problem) = read.repeated() {
         return failed(ProtocolError(protocol, problem).into_response());
     }
     let principal = match state
         .app
         .gate
-        .admit(&facts.request(), Requirement::Route, None)
+        .admit(&read.request, Requirement::Route, None)
         .await
     {
         Ok(Principal::Key(key)) => key,
