@@ -24,6 +24,7 @@ pub mod handshake;
 pub mod jev;
 pub mod json;
 pub mod key;
+pub mod lower_hex;
 pub mod memory;
 pub mod micromodel;
 pub mod model;

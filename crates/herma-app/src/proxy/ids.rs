@@ -13,7 +13,7 @@ impl App {
         let mut id = String::with_capacity(37);
         id.push_str("rcpt_");
         // The low 48 bits: 12 hex digits until the year 10889.
-        push_hex(&mut id, &millis.to_be_bytes()[2..]);
+        herma_core::lower_hex::push(&mut id, &millis.to_be_bytes()[2..]);
         push_random_hex(&*self.random, &mut id, 10)?;
         Ok(id)
     }
@@ -40,19 +40,10 @@ fn push_random_hex(random: &dyn Random, id: &mut String, mut bytes: usize) -> Re
                 "Herma could not complete the request",
             )
         })?;
-        push_hex(id, part);
+        herma_core::lower_hex::push(id, part);
         bytes -= n;
     }
     Ok(())
-}
-
-/// Appends `bytes` as lowercase hex.
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
 }
 
 #[cfg(test)]
@@ -60,11 +51,11 @@ mod tests {
     #[test]
     fn hex_is_two_lowercase_digits_per_byte_and_time_keeps_twelve() {
         let mut out = String::new();
-        super::push_hex(&mut out, &[0x00, 0x0f, 0xa5, 0xff]);
+        herma_core::lower_hex::push(&mut out, &[0x00, 0x0f, 0xa5, 0xff]);
         assert_eq!(out, "000fa5ff");
         let millis: u64 = 1_796_000_000_500;
         let mut time = String::new();
-        super::push_hex(&mut time, &millis.to_be_bytes()[2..]);
+        herma_core::lower_hex::push(&mut time, &millis.to_be_bytes()[2..]);
         assert_eq!(time, format!("{millis:012x}"));
     }
 
@@ -87,9 +78,8 @@ mod tests {
             let mut id = String::from("p_");
             super::push_random_hex(&random, &mut id, bytes).unwrap();
             let drawn: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
-            let mut want = String::from("p_");
-            super::push_hex(&mut want, &drawn);
-            assert_eq!(id, want);
+            let want: String = drawn.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(id, format!("p_{want}"));
         }
     }
 }

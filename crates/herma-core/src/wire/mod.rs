@@ -276,15 +276,10 @@ pub(crate) fn native_conversation(id: String) -> Conversation {
 /// its digits a character at a time). With an empty prefix and 32 bytes, the whole digest.
 pub(crate) fn prefixed_digest(prefix: &str, data: &[u8], bytes: usize) -> String {
     let digest = Sha256::digest(data);
-    let mut hex = [0u8; 64];
     let bytes = bytes.min(digest.len());
     let mut id = String::with_capacity(prefix.len() + 2 * bytes);
     id.push_str(prefix);
-    if let (Some(head), Some(out)) = (digest.get(..bytes), hex.get_mut(..2 * bytes))
-        && hex::encode_to_slice(head, out).is_ok()
-    {
-        id.push_str(std::str::from_utf8(out).unwrap_or_default());
-    }
+    crate::lower_hex::push(&mut id, digest.get(..bytes).unwrap_or_default());
     id
 }
 
