@@ -116,6 +116,20 @@ static SET: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(PATTERNS
 /// The longest text the set is run over first.
 const SET_UP_TO: usize = 128;
 
+/// The bytes [`may_match_any`] looks at.
+static LOOKED_AT: [bool; 256] = {
+    let mut looked_at = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        looked_at[byte] = matches!(
+            byte as u8,
+            b':' | b'`' | b'(' | b'[' | b'A'..=b'Z' | b'-' | b'p' | b'f'
+        );
+        byte += 1;
+    }
+    looked_at
+};
+
 /// Whether `text` has what a match of at least one of [`PATTERNS`] needs: a `:` (URIs, `::`
 /// paths, `Error:`, `test result:`), a backtick, `(` (calls), `[` (`error[`), `sc-`, two ASCII
 /// capitals (CamelCase, `TS1234`, `ENOENT`), `panicked`, or `fault` in any case (`(?i)`
@@ -126,6 +140,10 @@ fn may_match_any(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut capitals = 0;
     for (at, &byte) in bytes.iter().enumerate() {
+        // Most bytes are none of those below: one load tells.
+        if !LOOKED_AT[usize::from(byte)] {
+            continue;
+        }
         let found = match byte {
             b':' | b'`' | b'(' | b'[' => true,
             b'A'..=b'Z' => {
