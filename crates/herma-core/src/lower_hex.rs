@@ -57,20 +57,25 @@ mod tests {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Every byte value at every place of every length to 70 (past one 32-byte part, with
-    /// every remainder after the four-byte words), after a prefix already in the string.
+    /// Every byte value at every place of lengths to 12, around one 32-byte part and around
+    /// two (every remainder after the four-byte words, each side of a part's end), after a
+    /// prefix already in the string.
     #[test]
     #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
     fn writes_what_format_writes() {
-        for len in 0..=70usize {
+        let pairs: Vec<String> = (0..=255u8).map(|byte| by_format(&[byte])).collect();
+        for len in (0..=12usize).chain(28..=36).chain(62..=70) {
             let base: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(37)).collect();
+            let base_hex = format!("id_{}", by_format(&base));
             for at in 0..len {
                 for byte in 0..=255u8 {
                     let mut bytes = base.clone();
                     bytes[at] = byte;
+                    let mut want = base_hex.clone();
+                    want.replace_range(3 + 2 * at..5 + 2 * at, &pairs[usize::from(byte)]);
                     let mut out = String::from("id_");
                     push(&mut out, &bytes);
-                    assert_eq!(out, format!("id_{}", by_format(&bytes)), "{bytes:?}");
+                    assert_eq!(out, want, "{bytes:?}");
                 }
             }
             let mut out = String::new();
