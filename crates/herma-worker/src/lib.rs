@@ -110,9 +110,9 @@ async fn caller_scope(
     app: &App,
     headers: &axum::http::HeaderMap,
 ) -> Option<herma_core::CallerScope> {
-    let facts = herma_server::extract::GateFacts::from_headers(headers.clone());
-    facts.repeated().ok()?;
-    match app.gate.authenticate(&facts.request()).await.ok()? {
+    let read = herma_server::extract::GateRead::of(headers);
+    read.repeated().ok()?;
+    match app.gate.authenticate(&read.request).await.ok()? {
         herma_core::gate::Principal::Key(key) => Some(key.caller_scope.clone()),
         herma_core::gate::Principal::Bootstrap => None,
     }

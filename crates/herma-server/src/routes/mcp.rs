@@ -9,7 +9,7 @@ use herma_core::{Problem, ProblemCode};
 
 use crate::AppState;
 use crate::error::{ApiError, rpc_status_of};
-use crate::extract::{GateFacts, read_body};
+use crate::extract::{GateRead, read_body};
 use crate::routes::public::{PeerAddr, base_url, client_address};
 
 /// One MCP message (JSON-RPC 2.0). Without a key: `herma_preview` and `herma_discovery`; with a
@@ -53,7 +53,8 @@ pub async fn mcp(
         ))
         .into_response();
     }
-    if let Err(problem) = GateFacts::from_headers(headers.clone()).repeated() {
+    let gate = GateRead::of(&headers);
+    if let Err(problem) = gate.repeated() {
         return ApiError(problem).into_response();
     }
     // A body over a limit (size, read time, memory budget) is refused at the HTTP layer like on
@@ -69,11 +70,10 @@ pub async fn mcp(
             return json_reply(rpc_status_of(Some(codes::INVALID_REQUEST)), &reply);
         }
     };
-    let gate = GateFacts::from_headers(headers.clone());
     let address = client_address(&state, &headers, peer);
     let base = base_url(&state, &headers);
     let facts = McpRequestFacts {
-        gate: gate.request(),
+        gate: gate.request,
         protocol_version: headers
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok()),

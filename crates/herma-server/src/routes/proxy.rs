@@ -15,7 +15,7 @@ use herma_core::{Problem, ProblemCode};
 
 use crate::AppState;
 use crate::error::{limit_headers, status_of};
-use crate::extract::{GateFacts, read_limited};
+use crate::extract::{GateRead, read_limited};
 
 /// A problem rendered in a protocol's own error shape.
 pub struct ProtocolError(pub Protocol, pub Problem);
@@ -70,8 +70,7 @@ async fn relay(
         ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
     };
     let failed = |response: Response| (response, RequestAction::Failed, None);
-    let facts = GateFacts::from_headers(headers);
-    let read = facts.read();
+    let read = GateRead::of(&headers);
     if let Err(problem) = read.repeated() {
         return failed(ProtocolError(protocol, problem).into_response());
     }
@@ -96,7 +95,6 @@ async fn relay(
         }
         Err(problem) => return failed(ProtocolError(protocol, problem).into_response()),
     };
-    let headers = facts.into_headers();
     if method == Method::POST && !crate::extract::is_json(&headers) {
         return failed(
             ProtocolError(
