@@ -89,23 +89,27 @@ impl ReceiptWriter {
         self.journal.as_ref().and_then(|j| j.append(receipt))
     }
 
-    /// Queues a receipt, waiting while the queue is full.
-    pub async fn submit(&self, receipt: InjectionReceipt) {
+    /// Queues a receipt, waiting while the queue is full. The receipt is journaled when this is
+    /// called; the future only queues it (one future, not one holding another and a second copy
+    /// of the receipt).
+    pub fn submit(&self, receipt: InjectionReceipt) -> impl Future<Output = ()> + Send + '_ {
         let mark = self.journal(&receipt);
-        self.queue(receipt, mark).await;
+        self.queue(receipt, mark)
     }
 
     async fn queue(&self, receipt: InjectionReceipt, mark: Option<JournalMark>) {
+        // The direct writes are boxed: they are rare, and their futures are large enough that
+        // every request's future, sized for the largest state it may await, would double.
         match self.sender() {
             Some(sender) => {
                 if let Err(mpsc::error::SendError(Message::Receipt(receipt, mark))) =
                     sender.send(Message::Receipt(Box::new(receipt), mark)).await
                 {
-                    self.write_now(vec![(*receipt, mark)]).await;
+                    Box::pin(self.write_now(vec![(*receipt, mark)])).await;
                 }
             }
             // After shutdown: write it directly rather than lose it.
-            None => self.write_now(vec![(receipt, mark)]).await,
+            None => Box::pin(self.write_now(vec![(receipt, mark)])).await,
         }
     }
 

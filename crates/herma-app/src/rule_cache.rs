@@ -229,7 +229,12 @@ impl RuleCache {
             {
                 (snapshot, built_at)
             }
-            _ => (Arc::new(self.build(scope, &builtin, mode).await?), now),
+            // Boxed: a build's future is large and rare, and every request's future would
+            // otherwise be sized for it (and copied at that size).
+            _ => (
+                Arc::new(Box::pin(self.build(scope, &builtin, mode)).await?),
+                now,
+            ),
         };
         let mut entries = self.entries.write().map_err(|_| internal_lock())?;
         // An offline build that could not ask a remote model is never cached: the next online

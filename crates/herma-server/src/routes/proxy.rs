@@ -1,6 +1,8 @@
 //! The proxied routes: the three wire protocols, plus `count_tokens` and `models` forwarded as
 //! they are. Herma's own errors here use each protocol's error shape (and the same `code`).
 
+use std::pin::Pin;
+
 use web_time::Instant;
 
 use axum::body::Body;
@@ -39,9 +41,20 @@ impl IntoResponse for ProtocolError {
     }
 }
 
-/// Every proxied route: the request is taken whole and split (axum's `Method`, `Uri` and
-/// `HeaderMap` extractors would each clone their part, the header map with every entry).
-async fn handle(state: AppState, route: ProxyRoute, request: Request) -> Response {
+/// Every proxied route, its future boxed here once: the pipeline's future is kilobytes (sized
+/// for its largest state), and the router's layers each box and move the future they are
+/// given, which would copy it whole at every layer.
+fn handle(
+    state: AppState,
+    route: ProxyRoute,
+    request: Request,
+) -> Pin<Box<impl Future<Output = Response> + Send>> {
+    Box::pin(serve(state, route, request))
+}
+
+/// The request is taken whole and split (axum's `Method`, `Uri` and `HeaderMap` extractors
+/// would each clone their part, the header map with every entry).
+async fn serve(state: AppState, route: ProxyRoute, request: Request) -> Response {
     let protocol = match route {
         ProxyRoute::Protocol(p) | ProxyRoute::Passthrough(p) => p,
     };
