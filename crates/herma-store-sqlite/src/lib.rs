@@ -95,15 +95,23 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
 }
 
 /// The readers' pool and the writer's one connection, on `options`.
+///
+/// Neither pool pings a connection before handing it out (sqlx's `test_before_acquire`, on by
+/// default): a connection here is a thread of this process, not a socket that can go stale,
+/// and the ping was a round trip to that thread — two wake-ups — before every statement, the
+/// receipt writer's and the memory worker's batches included. A connection whose thread has
+/// gone answers its statement with an error instead.
 async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, SqlitePool), sqlx::Error> {
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         .min_connections(1)
+        .test_before_acquire(false)
         .connect_with(options.clone())
         .await?;
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
+        .test_before_acquire(false)
         .connect_with(writer_options(options))
         .await?;
     Ok((pool, writer))
