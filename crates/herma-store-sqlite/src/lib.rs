@@ -98,9 +98,10 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
 ///
 /// Neither pool pings a connection before handing it out (sqlx's `test_before_acquire`, on by
 /// default): a connection here is a thread of this process, not a socket that can go stale,
-/// and the ping was a round trip to that thread — two wake-ups — before every statement, the
-/// receipt writer's and the memory worker's batches included. A connection whose thread has
-/// gone answers its statement with an error instead.
+/// and the ping was a round trip to that thread — two wake-ups — on every acquire, each of the
+/// receipt writer's and the memory worker's writes included. A connection whose thread has
+/// gone answers its statement with an error, and the ping sqlx still makes when a connection
+/// is released (always, in sqlx 0.8) closes it then, so the pool opens another.
 async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, SqlitePool), sqlx::Error> {
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
