@@ -16,7 +16,6 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::caller::CallerScope;
 
@@ -188,12 +187,9 @@ pub fn blob_digest(uri: &str) -> Result<&str, Refusal> {
     }
 }
 
-/// The lowercase hex SHA-256 of `content`.
+/// The lowercase hex SHA-256 of `content` (the receipt's seal uses it too).
 pub fn sha256_hex(content: &[u8]) -> String {
-    Sha256::digest(content)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::wire::prefixed_digest("", content, 32)
 }
 
 /// Whether `content` is exactly the blob `uri` names.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::context::ContextKind;
 use crate::caller::CallerScope;
+use crate::governance::sha256_hex;
 use crate::json::{write_bool, write_serialized, write_string, write_strings, write_unsigned};
 use crate::time::Timestamp;
 use crate::wire::usage::Usage;
@@ -411,11 +412,6 @@ impl ShimmedRef {
         }
         out.push(b'}');
     }
-}
-
-/// Lowercase hex SHA-256 of `data`.
-fn sha256_hex(data: &[u8]) -> String {
-    crate::wire::prefixed_digest("", data, 32)
 }
 
 /// Room for a typical sealed receipt, so its buffer is allocated once: a forwarded request's

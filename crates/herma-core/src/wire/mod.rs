@@ -272,8 +272,8 @@ pub(crate) fn native_conversation(id: String) -> Conversation {
 }
 
 /// `prefix` and the first `bytes` bytes (at most 32) of the SHA-256 of `data`, in lowercase hex:
-/// encoded straight into the id, without the whole digest's hex first (`hex::encode` collects
-/// its digits a character at a time). With an empty prefix and 32 bytes, the whole digest.
+/// written straight into the id ([`crate::lower_hex::push`]), without the whole digest's hex
+/// first. With an empty prefix and 32 bytes, the whole digest.
 pub(crate) fn prefixed_digest(prefix: &str, data: &[u8], bytes: usize) -> String {
     let digest = Sha256::digest(data);
     let bytes = bytes.min(digest.len());
