@@ -26,10 +26,10 @@ use async_trait::async_trait;
 use herma_store::{Store, StoreError, StoreResult};
 use herma_store_sql::{Arg, Backend, DdlDialect, Migration, Query, SqlStore, backend};
 use sqlx::sqlite::{
-    SqliteArguments, SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteAutoVacuum, SqliteConnectOptions, SqliteConnection, SqliteJournalMode,
+    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Executor, Sqlite, SqlitePool, Transaction};
+use sqlx::{ConnectOptions, Connection, Executor, Sqlite, SqlitePool, Transaction};
 
 /// Herma's stores on one SQLite file.
 pub type SqliteStore = SqlStore<SqliteBackend>;
@@ -38,7 +38,7 @@ pub type SqliteStore = SqlStore<SqliteBackend>;
 /// writes without results go through, and the task that checkpoints the WAL.
 pub struct SqliteBackend {
     pool: SqlitePool,
-    writer: SqlitePool,
+    writer: Writer,
     checkpoints: tokio::task::AbortHandle,
 }
 
@@ -96,26 +96,65 @@ pub async fn open(path: &str) -> StoreResult<SqliteStore> {
 
 /// The readers' pool and the writer's one connection, on `options`.
 ///
-/// Neither pool pings a connection before handing it out (sqlx's `test_before_acquire`, on by
+/// The pool pings no connection before handing it out (sqlx's `test_before_acquire`, on by
 /// default): a connection here is a thread of this process, not a socket that can go stale,
-/// and the ping was a round trip to that thread — two wake-ups — on every acquire, each of the
-/// receipt writer's and the memory worker's writes included. A connection whose thread has
-/// gone answers its statement with an error, and the ping sqlx still makes when a connection
-/// is released (always, in sqlx 0.8) closes it then, so the pool opens another.
-async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, SqlitePool), sqlx::Error> {
+/// and the ping was a round trip to that thread — two wake-ups — on every acquire. A
+/// connection whose thread has gone answers its statement with an error, and the ping sqlx
+/// still makes when a connection is released (always, in sqlx 0.8) closes it then, so the
+/// pool opens another. The writer's connection is in no pool ([`Writer`]).
+async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, Writer), sqlx::Error> {
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         .min_connections(1)
         .test_before_acquire(false)
         .connect_with(options.clone())
         .await?;
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .min_connections(1)
-        .test_before_acquire(false)
-        .connect_with(writer_options(options))
-        .await?;
+    let writer = Writer::open(writer_options(options)).await?;
     Ok((pool, writer))
+}
+
+/// The one connection writes without results go through, held by the backend itself.
+///
+/// A pool of one did the same job at a price on every write: the semaphore and idle queue to
+/// acquire it, a task spawned to give it back, and on the way back a ping — a round trip to
+/// the connection's thread, two more wake-ups of it — besides the write's own statements.
+/// Here a write waits for the lock (in the order writers asked), runs, and lets go. The
+/// connection lives as long as the backend (the pool closed it after 30 minutes, with its
+/// page cache and prepared statements), unless its thread has gone: a write that finds that
+/// fails, and the next one opens another.
+struct Writer {
+    options: SqliteConnectOptions,
+    connection: tokio::sync::Mutex<Option<SqliteConnection>>,
+}
+
+impl Writer {
+    async fn open(options: SqliteConnectOptions) -> Result<Self, sqlx::Error> {
+        let connection = options.connect().await?;
+        Ok(Self {
+            options,
+            connection: tokio::sync::Mutex::new(Some(connection)),
+        })
+    }
+
+    /// Runs `write` on the connection, opening one first if there is none. A write cancelled
+    /// part way leaves the connection consistent: what it sent still runs, in order, before
+    /// anything the next write sends, and a transaction it began is rolled back (sqlx queues
+    /// the `ROLLBACK` when the transaction is dropped).
+    async fn run<T>(
+        &self,
+        write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
+    ) -> StoreResult<T> {
+        let mut slot = self.connection.lock().await;
+        let connection = match slot.take() {
+            Some(connection) => connection,
+            None => self.options.connect().await.map_err(backend)?,
+        };
+        let done = write(slot.insert(connection)).await;
+        if matches!(done, Err(sqlx::Error::WorkerCrashed)) {
+            *slot = None;
+        }
+        done.map_err(backend)
+    }
 }
 
 /// The writer connection's options: `options` with its statement journals kept in memory.
@@ -232,23 +271,34 @@ impl Backend for SqliteBackend {
 
     async fn execute(&self, query: Query<'_>) -> StoreResult<u64> {
         let (sql, args) = query.into_parts();
-        let done = prepare(&sql, args)?
-            .execute(&self.writer)
-            .await
-            .map_err(backend)?;
+        let query = prepare(&sql, args)?;
+        let done = self
+            .writer
+            .run(async |connection| query.execute(connection).await)
+            .await?;
         Ok(done.rows_affected())
     }
 
     async fn batch(&self, queries: Vec<Query<'_>>) -> StoreResult<Vec<Vec<SqliteRow>>> {
+        let (sqls, args): (Vec<_>, Vec<_>) = queries.into_iter().map(Query::into_parts).unzip();
+        let prepared = sqls
+            .iter()
+            .zip(args)
+            .map(|(sql, args)| prepare(sql, args))
+            .collect::<StoreResult<Vec<_>>>()?;
         // The default's transaction, on the writer's connection: nothing between its
         // statements waits on anything but them.
-        let mut tx = self.writer.begin().await.map_err(backend)?;
-        let mut results = Vec::with_capacity(queries.len());
-        for query in queries {
-            results.push(Self::fetch_in(&mut tx, query).await?);
-        }
-        Self::commit(tx).await?;
-        Ok(results)
+        self.writer
+            .run(async |connection| {
+                let mut tx = connection.begin().await?;
+                let mut results = Vec::with_capacity(prepared.len());
+                for query in prepared {
+                    results.push(query.fetch_all(&mut *tx).await?);
+                }
+                tx.commit().await?;
+                Ok(results)
+            })
+            .await
     }
 
     async fn begin(&self) -> StoreResult<Self::Tx> {
@@ -350,25 +400,93 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    async fn temp_store(pool: &SqlitePool) -> i64 {
+    async fn temp_store<'c>(executor: impl Executor<'c, Database = Sqlite>) -> i64 {
         let (store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
-            .fetch_one(pool)
+            .fetch_one(executor)
             .await
             .unwrap();
         store
     }
 
-    /// The pools `open` uses: the writer keeps temporary storage in memory (2 is MEMORY), the
-    /// readers keep the default (0).
+    fn options(dir: &tempfile::TempDir) -> SqliteConnectOptions {
+        SqliteConnectOptions::from_str("sqlite://")
+            .unwrap()
+            .filename(dir.path().join("t.db"))
+            .create_if_missing(true)
+    }
+
+    /// The connections `open` uses: the writer keeps temporary storage in memory (2 is MEMORY),
+    /// the readers keep the default (0).
     #[tokio::test]
     async fn the_writer_keeps_temporary_storage_in_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let options = SqliteConnectOptions::from_str("sqlite://")
-            .unwrap()
-            .filename(dir.path().join("t.db"))
-            .create_if_missing(true);
-        let (pool, writer) = connect(options).await.unwrap();
-        assert_eq!(temp_store(&writer).await, 2);
+        let (pool, writer) = connect(options(&dir)).await.unwrap();
+        let writers = writer.run(async |c| Ok(temp_store(c).await)).await.unwrap();
+        assert_eq!(writers, 2);
         assert_eq!(temp_store(&pool).await, 0);
+    }
+
+    async fn count(writer: &Writer, sql: &'static str) -> StoreResult<i64> {
+        writer
+            .run(async |c| sqlx::query_scalar(sql).fetch_one(c).await)
+            .await
+    }
+
+    /// A failed statement keeps the writer's connection (its temporary table survives); with
+    /// no connection, the next write opens one (the table has gone with the old one).
+    #[tokio::test]
+    async fn the_writer_keeps_its_connection_until_it_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::open(options(&dir)).await.unwrap();
+        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
+        writer
+            .run(async |c| c.execute("CREATE TEMP TABLE mine (x)").await)
+            .await
+            .unwrap();
+        let failed = writer
+            .run(async |c| c.execute("INSERT INTO missing VALUES (1)").await)
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(count(&writer, temp).await.unwrap(), 1);
+
+        let gone = writer.connection.lock().await.take().unwrap();
+        gone.close().await.unwrap();
+        assert_eq!(count(&writer, temp).await.unwrap(), 0);
+    }
+
+    /// A write dropped inside its transaction leaves nothing behind: the transaction is rolled
+    /// back before the next write's statements run, on the same connection (its temporary
+    /// table is still there).
+    #[tokio::test]
+    async fn a_cancelled_write_rolls_back_before_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::open(options(&dir)).await.unwrap();
+        writer
+            .run(async |c| {
+                c.execute("CREATE TABLE t (x); CREATE TEMP TABLE mine (x)")
+                    .await
+            })
+            .await
+            .unwrap();
+        let (inserted, wait) = tokio::sync::oneshot::channel();
+        let stuck = writer.run(async |c| {
+            let mut tx = c.begin().await?;
+            (&mut *tx).execute("INSERT INTO t VALUES (1)").await?;
+            inserted.send(()).unwrap();
+            std::future::pending::<()>().await;
+            tx.commit().await
+        });
+        tokio::select! {
+            _ = stuck => unreachable!("the write never finishes"),
+            _ = wait => {}
+        }
+        writer
+            .run(async |c| c.execute("INSERT INTO t VALUES (2)").await)
+            .await
+            .unwrap();
+        assert_eq!(count(&writer, "SELECT count(*) FROM t").await.unwrap(), 1);
+        assert_eq!(count(&writer, "SELECT sum(x) FROM t").await.unwrap(), 2);
+        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
+        assert_eq!(count(&writer, temp).await.unwrap(), 1);
     }
 }
