@@ -118,14 +118,18 @@ async fn connect(options: SqliteConnectOptions) -> Result<(SqlitePool, Writer), 
 /// A pool of one did the same job at a price on every write: the semaphore and idle queue to
 /// acquire it, a task spawned to give it back, and on the way back a ping — a round trip to
 /// the connection's thread, two more wake-ups of it — besides the write's own statements.
-/// Here a write waits for the lock (in the order writers asked), runs, and lets go. The
-/// connection lives as long as the backend (the pool closed it after 30 minutes, with its
-/// page cache and prepared statements), unless its thread has gone: a write that finds that
-/// fails, and the next one opens another.
+/// Here a write waits for the lock (in the order writers asked, at most [`WRITER_WAIT`], as
+/// long as the pool waited), runs, and lets go. The connection lives as long as the backend
+/// (the pool closed it after 30 minutes, with its page cache and prepared statements) unless
+/// its thread has gone or a transaction on it failed: the next write then opens another.
 struct Writer {
     options: SqliteConnectOptions,
     connection: tokio::sync::Mutex<Option<SqliteConnection>>,
 }
+
+/// How long a write waits for the writer's connection before it fails (sqlx's pools wait as
+/// long for a connection).
+const WRITER_WAIT: Duration = Duration::from_secs(30);
 
 impl Writer {
     async fn open(options: SqliteConnectOptions) -> Result<Self, sqlx::Error> {
@@ -136,21 +140,56 @@ impl Writer {
         })
     }
 
-    /// Runs `write` on the connection, opening one first if there is none. A write cancelled
-    /// part way leaves the connection consistent: what it sent still runs, in order, before
-    /// anything the next write sends, and a transaction it began is rolled back (sqlx queues
-    /// the `ROLLBACK` when the transaction is dropped).
+    /// Runs `write` on the connection, opening one first if there is none; a failure keeps the
+    /// connection unless it says the connection's thread has gone. A write cancelled part way
+    /// leaves the connection consistent: what it sent still runs, in order, before anything
+    /// the next write sends, and a transaction it began is rolled back (sqlx queues the
+    /// `ROLLBACK` when the transaction is dropped).
     async fn run<T>(
         &self,
         write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
     ) -> StoreResult<T> {
-        let mut slot = self.connection.lock().await;
+        self.run_then(write, |error| matches!(error, sqlx::Error::WorkerCrashed))
+            .await
+    }
+
+    /// Runs `write` in one transaction and commits it. After any failure the connection is
+    /// closed and the next write opens another: SQLite rolls some failed transactions back
+    /// itself (a full disk, an I/O error), and then sqlx's `ROLLBACK` fails and its count of
+    /// open transactions stays one too high, so that the connection's next `BEGIN` would
+    /// become a savepoint inside a transaction never committed.
+    async fn transaction<T>(
+        &self,
+        write: impl AsyncFnOnce(&mut Transaction<'_, Sqlite>) -> Result<T, sqlx::Error>,
+    ) -> StoreResult<T> {
+        let in_transaction = async |connection: &mut SqliteConnection| {
+            let mut tx = connection.begin().await?;
+            let done = write(&mut tx).await?;
+            tx.commit().await?;
+            Ok(done)
+        };
+        self.run_then(in_transaction, |_| true).await
+    }
+
+    async fn run_then<T>(
+        &self,
+        write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
+        closes: impl FnOnce(&sqlx::Error) -> bool,
+    ) -> StoreResult<T> {
+        let mut slot = tokio::time::timeout(WRITER_WAIT, self.connection.lock())
+            .await
+            .map_err(|_| {
+                StoreError::Backend(format!(
+                    "the SQLite writer's connection stayed busy for {} s",
+                    WRITER_WAIT.as_secs()
+                ))
+            })?;
         let connection = match slot.take() {
             Some(connection) => connection,
             None => self.options.connect().await.map_err(backend)?,
         };
         let done = write(slot.insert(connection)).await;
-        if matches!(done, Err(sqlx::Error::WorkerCrashed)) {
+        if done.as_ref().is_err_and(closes) {
             *slot = None;
         }
         done.map_err(backend)
@@ -289,13 +328,11 @@ impl Backend for SqliteBackend {
         // The default's transaction, on the writer's connection: nothing between its
         // statements waits on anything but them.
         self.writer
-            .run(async |connection| {
-                let mut tx = connection.begin().await?;
+            .transaction(async |tx| {
                 let mut results = Vec::with_capacity(prepared.len());
                 for query in prepared {
-                    results.push(query.fetch_all(&mut *tx).await?);
+                    results.push(query.fetch_all(&mut **tx).await?);
                 }
-                tx.commit().await?;
                 Ok(results)
             })
             .await
@@ -452,6 +489,51 @@ mod tests {
         let gone = writer.connection.lock().await.take().unwrap();
         gone.close().await.unwrap();
         assert_eq!(count(&writer, temp).await.unwrap(), 0);
+    }
+
+    /// A failed transaction closes the writer's connection, rolled back (its row is not
+    /// there); the next write opens another (the temporary table has gone with the old one).
+    #[tokio::test]
+    async fn a_failed_transaction_closes_the_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::open(options(&dir)).await.unwrap();
+        writer
+            .run(async |c| {
+                c.execute("CREATE TABLE t (x); CREATE TEMP TABLE mine (x)")
+                    .await
+            })
+            .await
+            .unwrap();
+        let failed = writer
+            .transaction(async |tx| {
+                (&mut **tx).execute("INSERT INTO t VALUES (1)").await?;
+                (&mut **tx).execute("INSERT INTO missing VALUES (1)").await
+            })
+            .await;
+        assert!(failed.is_err());
+        assert!(writer.connection.lock().await.is_none());
+        assert_eq!(count(&writer, "SELECT count(*) FROM t").await.unwrap(), 0);
+        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
+        assert_eq!(count(&writer, temp).await.unwrap(), 0);
+    }
+
+    /// A write that cannot have the connection for [`WRITER_WAIT`] fails and says so (the
+    /// clock paused: tokio moves it on when every task waits).
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waits_for_the_connection_at_most_writer_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::open(options(&dir)).await.unwrap();
+        let held = writer.connection.lock().await;
+        let started = tokio::time::Instant::now();
+        let waited = count(&writer, "SELECT 1").await.unwrap_err();
+        assert!(started.elapsed() >= WRITER_WAIT);
+        assert!(
+            waited
+                .to_string()
+                .contains("writer's connection stayed busy for 30 s")
+        );
+        drop(held);
+        assert_eq!(count(&writer, "SELECT 1").await.unwrap(), 1);
     }
 
     /// A write dropped inside its transaction leaves nothing behind: the transaction is rolled
