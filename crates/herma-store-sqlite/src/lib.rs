@@ -176,14 +176,19 @@ impl Writer {
         write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
         closes: impl FnOnce(&sqlx::Error) -> bool,
     ) -> StoreResult<T> {
-        let mut slot = tokio::time::timeout(WRITER_WAIT, self.connection.lock())
-            .await
-            .map_err(|_| {
-                StoreError::Backend(format!(
-                    "the SQLite writer's connection stayed busy for {} s",
-                    WRITER_WAIT.as_secs()
-                ))
-            })?;
+        // Free, it is taken at once (a waiting write would hold the permit already, so this
+        // jumps no queue); only a write that has to wait sets a timer.
+        let mut slot = match self.connection.try_lock() {
+            Ok(slot) => slot,
+            Err(_) => tokio::time::timeout(WRITER_WAIT, self.connection.lock())
+                .await
+                .map_err(|_| {
+                    StoreError::Backend(format!(
+                        "the SQLite writer's connection stayed busy for {} s",
+                        WRITER_WAIT.as_secs()
+                    ))
+                })?,
+        };
         let connection = match slot.take() {
             Some(connection) => connection,
             None => self.options.connect().await.map_err(backend)?,
