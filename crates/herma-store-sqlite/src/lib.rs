@@ -176,8 +176,9 @@ impl Writer {
         write: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
         closes: impl FnOnce(&sqlx::Error) -> bool,
     ) -> StoreResult<T> {
-        // Free, it is taken at once (a waiting write would hold the permit already, so this
-        // jumps no queue); only a write that has to wait sets a timer.
+        // A free lock is taken at once: tokio's mutex hands a released lock to the first
+        // waiter, so a free one has nobody waiting and this jumps no queue. Only a write that
+        // has to wait sets a timer.
         let mut slot = match self.connection.try_lock() {
             Ok(slot) => slot,
             Err(_) => tokio::time::timeout(WRITER_WAIT, self.connection.lock())
