@@ -469,6 +469,22 @@ mod tests {
         assert_eq!(temp_store(&pool).await, 0);
     }
 
+    /// Whether the writer's connection is the one that made the temporary table `mine`.
+    const MINE: &str = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
+
+    /// A writer whose connection has made the table `t` and the temporary table `mine`.
+    async fn writer_with_tables(dir: &tempfile::TempDir) -> Writer {
+        let writer = Writer::open(options(dir)).await.unwrap();
+        writer
+            .run(async |c| {
+                c.execute("CREATE TABLE t (x); CREATE TEMP TABLE mine (x)")
+                    .await
+            })
+            .await
+            .unwrap();
+        writer
+    }
+
     async fn count(writer: &Writer, sql: &'static str) -> StoreResult<i64> {
         writer
             .run(async |c| sqlx::query_scalar(sql).fetch_one(c).await)
@@ -480,21 +496,16 @@ mod tests {
     #[tokio::test]
     async fn the_writer_keeps_its_connection_until_it_has_none() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::open(options(&dir)).await.unwrap();
-        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
-        writer
-            .run(async |c| c.execute("CREATE TEMP TABLE mine (x)").await)
-            .await
-            .unwrap();
+        let writer = writer_with_tables(&dir).await;
         let failed = writer
             .run(async |c| c.execute("INSERT INTO missing VALUES (1)").await)
             .await;
         assert!(failed.is_err());
-        assert_eq!(count(&writer, temp).await.unwrap(), 1);
+        assert_eq!(count(&writer, MINE).await.unwrap(), 1);
 
         let gone = writer.connection.lock().await.take().unwrap();
         gone.close().await.unwrap();
-        assert_eq!(count(&writer, temp).await.unwrap(), 0);
+        assert_eq!(count(&writer, MINE).await.unwrap(), 0);
     }
 
     /// A failed transaction closes the writer's connection, rolled back (its row is not
@@ -502,14 +513,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_transaction_closes_the_connection() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::open(options(&dir)).await.unwrap();
-        writer
-            .run(async |c| {
-                c.execute("CREATE TABLE t (x); CREATE TEMP TABLE mine (x)")
-                    .await
-            })
-            .await
-            .unwrap();
+        let writer = writer_with_tables(&dir).await;
         let failed = writer
             .transaction(async |tx| {
                 (&mut **tx).execute("INSERT INTO t VALUES (1)").await?;
@@ -519,8 +523,7 @@ mod tests {
         assert!(failed.is_err());
         assert!(writer.connection.lock().await.is_none());
         assert_eq!(count(&writer, "SELECT count(*) FROM t").await.unwrap(), 0);
-        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
-        assert_eq!(count(&writer, temp).await.unwrap(), 0);
+        assert_eq!(count(&writer, MINE).await.unwrap(), 0);
     }
 
     /// A write that cannot have the connection for [`WRITER_WAIT`] fails and says so (the
@@ -548,14 +551,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_write_rolls_back_before_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::open(options(&dir)).await.unwrap();
-        writer
-            .run(async |c| {
-                c.execute("CREATE TABLE t (x); CREATE TEMP TABLE mine (x)")
-                    .await
-            })
-            .await
-            .unwrap();
+        let writer = writer_with_tables(&dir).await;
         let (inserted, wait) = tokio::sync::oneshot::channel();
         let stuck = writer.run(async |c| {
             let mut tx = c.begin().await?;
@@ -574,7 +570,6 @@ mod tests {
             .unwrap();
         assert_eq!(count(&writer, "SELECT count(*) FROM t").await.unwrap(), 1);
         assert_eq!(count(&writer, "SELECT sum(x) FROM t").await.unwrap(), 2);
-        let temp = "SELECT count(*) FROM temp.sqlite_master WHERE name = 'mine'";
-        assert_eq!(count(&writer, temp).await.unwrap(), 1);
+        assert_eq!(count(&writer, MINE).await.unwrap(), 1);
     }
 }
