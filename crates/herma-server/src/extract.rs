@@ -95,8 +95,12 @@ impl GateFacts {
         GateRead::of(&self.0)
     }
 
-    pub fn request(&self) -> GateRequest<'_> {
-        self.read().request
+    /// Who the credential is, with no requirement to meet; a credential or harness header
+    /// sent twice is refused first, as [`GateFacts::admit`] refuses it.
+    pub async fn authenticate(&self, state: &AppState) -> Result<Principal, ApiError> {
+        let read = self.read();
+        read.repeated()?;
+        Ok(state.app.gate.authenticate(&read.request).await?)
     }
 
     pub async fn admit(
@@ -297,7 +301,7 @@ mod tests {
         // The extractor reads the same.
         let facts = GateFacts(headers.clone());
         assert_eq!(
-            format!("{:?}", facts.request()),
+            format!("{:?}", facts.read().request),
             format!("{:?}", read.request)
         );
         let harness = read.harness.map(str::to_owned);

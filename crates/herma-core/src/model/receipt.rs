@@ -469,7 +469,6 @@ mod tests {
     use sha2::{Digest, Sha256};
 
     use super::*;
-    use serde_json::Value;
 
     fn body() -> ReceiptBody {
         ReceiptBody {
@@ -586,6 +585,7 @@ mod tests {
     mod canonical_json {
         use proptest::prelude::*;
         use proptest::sample::select;
+        use serde_json::Value;
 
         use super::*;
         use crate::problem::ProblemCode;

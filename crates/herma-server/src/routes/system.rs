@@ -86,7 +86,7 @@ pub struct WhoAmI {
     responses((status = 200, body = WhoAmI), (status = 401, body = crate::openapi::ProblemBody)),
     security(("bearer" = []), ("api_key" = [])))]
 pub async fn whoami(State(state): State<AppState>, facts: GateFacts) -> ApiResult<Json<WhoAmI>> {
-    let principal = state.app.gate.authenticate(&facts.request()).await?;
+    let principal = facts.authenticate(&state).await?;
     Ok(Json(match principal {
         Principal::Bootstrap => WhoAmI {
             caller_scope: None,

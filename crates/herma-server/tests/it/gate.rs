@@ -333,25 +333,28 @@ async fn a_credential_or_harness_header_sent_twice_is_refused_by_name() {
         ("x-api-key", key.clone()),
         ("x-herma-harness", "claude-code".to_owned()),
     ];
-    for (name, value) in &twice {
-        let got = req(Method::GET, "/v1/provisions")
+    // `/v1/whoami` authenticates without a requirement to meet; it refuses the same.
+    for path in ["/v1/provisions", "/v1/whoami"] {
+        for (name, value) in &twice {
+            let got = req(Method::GET, path)
+                .key(&key)
+                .header(name, value.clone())
+                .header(name, value.clone())
+                .send(&app)
+                .await;
+            assert_problem(&got, StatusCode::BAD_REQUEST, "malformed_request");
+            let detail = got.2["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains(&format!("the {name} header is sent more than once")),
+                "{path} {name}: {detail}"
+            );
+        }
+        // Once each, the same key is admitted.
+        let once = req(Method::GET, path)
             .key(&key)
-            .header(name, value.clone())
-            .header(name, value.clone())
+            .header("x-herma-harness", "claude-code")
             .send(&app)
             .await;
-        assert_problem(&got, StatusCode::BAD_REQUEST, "malformed_request");
-        let detail = got.2["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.contains(&format!("the {name} header is sent more than once")),
-            "{name}: {detail}"
-        );
+        assert_eq!(once.0, StatusCode::OK, "{path}: {}", once.2);
     }
-    // Once each, the same key is admitted.
-    let once = req(Method::GET, "/v1/provisions")
-        .key(&key)
-        .header("x-herma-harness", "claude-code")
-        .send(&app)
-        .await;
-    assert_eq!(once.0, StatusCode::OK, "{}", once.2);
 }
