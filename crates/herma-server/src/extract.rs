@@ -6,6 +6,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use herma_app::gate::Gate;
 use herma_core::gate::{GateRequest, Principal, Requirement};
 use herma_core::{FieldError, Problem, ProblemCode, json};
 use http_body_util::BodyExt;
@@ -67,13 +68,12 @@ impl FromRequestParts<AppState> for PathId {
 /// credential learns that first, never which parameters or ids the route takes (its
 /// `problem` is for authenticated callers only).
 async fn caller_first(parts: &Parts, state: &AppState, problem: Problem) -> ApiError {
-    let read = GateRead::of(&parts.headers);
-    if let Err(repeated) = read.repeated() {
-        return ApiError(repeated);
-    }
-    match state.app.gate.authenticate(&read.request).await {
+    match GateRead::of(&parts.headers)
+        .authenticate(&state.app.gate)
+        .await
+    {
         Ok(_) => ApiError(problem),
-        Err(unauthenticated) => ApiError(unauthenticated),
+        Err(refused) => ApiError(refused),
     }
 }
 
@@ -95,12 +95,9 @@ impl GateFacts {
         GateRead::of(&self.0)
     }
 
-    /// Who the credential is, with no requirement to meet; a credential or harness header
-    /// sent twice is refused first, as [`GateFacts::admit`] refuses it.
+    /// Who the credential is, with no requirement to meet ([`GateRead::authenticate`]).
     pub async fn authenticate(&self, state: &AppState) -> Result<Principal, ApiError> {
-        let read = self.read();
-        read.repeated()?;
-        Ok(state.app.gate.authenticate(&read.request).await?)
+        Ok(self.read().authenticate(&state.app.gate).await?)
     }
 
     pub async fn admit(
@@ -171,6 +168,13 @@ impl<'a> GateRead<'a> {
             }
         }
         read
+    }
+
+    /// Who the credential is, with no requirement to meet; a credential or harness header
+    /// sent twice is refused first, as [`GateFacts::admit`] refuses it.
+    pub async fn authenticate(&self, gate: &Gate) -> Result<Principal, Problem> {
+        self.repeated()?;
+        gate.authenticate(&self.request).await
     }
 
     /// A credential or attestation header sent more than once is ambiguous (which one counts

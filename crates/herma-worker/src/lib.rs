@@ -111,8 +111,7 @@ async fn caller_scope(
     headers: &axum::http::HeaderMap,
 ) -> Option<herma_core::CallerScope> {
     let read = herma_server::extract::GateRead::of(headers);
-    read.repeated().ok()?;
-    match app.gate.authenticate(&read.request).await.ok()? {
+    match read.authenticate(&app.gate).await.ok()? {
         herma_core::gate::Principal::Key(key) => Some(key.caller_scope.clone()),
         herma_core::gate::Principal::Bootstrap => None,
     }
