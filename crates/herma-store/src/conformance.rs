@@ -43,6 +43,7 @@ macro_rules! store_conformance_tests {
             usage_counts_a_callers_documents_and_their_bytes,
             receipts_are_idempotent_and_partitioned,
             entities_are_counted_and_evicted_rarest_oldest_first,
+            an_entity_seen_again_in_one_write_is_counted_again,
             entity_turns_in_one_write_count_and_evict_as_one_by_one,
             entity_turns_at_the_cap_evict_as_one_by_one,
             outcomes_are_listed_newest_first_per_scope,
@@ -745,6 +746,64 @@ pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn
         "other callers untouched"
     );
     assert_eq!(store.list_entities(&scope, None, 1).await.unwrap().len(), 1);
+}
+
+/// An entity observed twice in one turn, and in several turns of one batch (another scope's
+/// turn between them), is counted once per observation, first seen at its first and last seen
+/// at its latest: however the backend groups a write's rows into statements.
+pub async fn an_entity_seen_again_in_one_write_is_counted_again(store: Arc<dyn Store>) {
+    let (scope, other) = (fresh_scope(), fresh_scope());
+    let obs = |kind, value: &str| EntityObservation {
+        kind,
+        value: value.to_owned(),
+    };
+    let a = obs(EntityKind::FilePath, "src/a.rs");
+    let b = obs(EntityKind::CodeSymbol, "Foo");
+    let c = obs(EntityKind::CodeSymbol, "Bar");
+    store
+        .record_entities(&scope, "p", &[a.clone(), b.clone(), a.clone()], at(1), 50)
+        .await
+        .unwrap();
+    let turn = |scope: &CallerScope, observations: Vec<EntityObservation>, time| EntityTurn {
+        scope: scope.clone(),
+        project_tag: "p".to_owned(),
+        observations,
+        at: at(time),
+    };
+    let turns = [
+        turn(&scope, vec![a.clone()], 2),
+        turn(&other, vec![a.clone()], 3),
+        turn(&scope, vec![a.clone(), c.clone(), a.clone()], 4),
+        turn(&scope, vec![c.clone()], 5),
+        turn(&scope, vec![a.clone()], 6),
+    ];
+    assert_eq!(store.record_entity_turns(&turns, 50).await.unwrap(), 0);
+    let listed = |scope: CallerScope| {
+        let store = store.clone();
+        async move {
+            let mut rows: Vec<_> = store
+                .list_entities(&scope, None, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.value, e.count, e.first_seen, e.last_seen))
+                .collect();
+            rows.sort();
+            rows
+        }
+    };
+    assert_eq!(
+        listed(scope).await,
+        [
+            ("Bar".to_owned(), 2, at(4), at(5)),
+            ("Foo".to_owned(), 1, at(1), at(1)),
+            ("src/a.rs".to_owned(), 6, at(1), at(6)),
+        ]
+    );
+    assert_eq!(
+        listed(other).await,
+        [("src/a.rs".to_owned(), 1, at(3), at(3))]
+    );
 }
 
 /// A batch of turns (two scopes interleaved, a turn larger than one statement takes, an
