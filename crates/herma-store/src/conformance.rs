@@ -109,6 +109,14 @@ pub fn fresh_scope() -> CallerScope {
     CallerScope::for_key(&id)
 }
 
+/// An observation of `value` as `kind`.
+fn obs(kind: EntityKind, value: &str) -> EntityObservation {
+    EntityObservation {
+        kind,
+        value: value.to_owned(),
+    }
+}
+
 fn at(ms: i64) -> Timestamp {
     Timestamp::from_millis(1_790_000_000_000 + ms)
 }
@@ -669,10 +677,6 @@ pub async fn receipts_are_idempotent_and_partitioned(store: Arc<dyn Store>) {
 
 pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn Store>) {
     let (scope, other) = (fresh_scope(), fresh_scope());
-    let obs = |kind, value: &str| EntityObservation {
-        kind,
-        value: value.to_owned(),
-    };
     let evicted = store
         .record_entities(
             &scope,
@@ -753,10 +757,6 @@ pub async fn entities_are_counted_and_evicted_rarest_oldest_first(store: Arc<dyn
 /// at its latest: however the backend groups a write's rows into statements.
 pub async fn an_entity_seen_again_in_one_write_is_counted_again(store: Arc<dyn Store>) {
     let (scope, other) = (fresh_scope(), fresh_scope());
-    let obs = |kind, value: &str| EntityObservation {
-        kind,
-        value: value.to_owned(),
-    };
     let a = obs(EntityKind::FilePath, "src/a.rs");
     let b = obs(EntityKind::CodeSymbol, "Foo");
     let c = obs(EntityKind::CodeSymbol, "Bar");
